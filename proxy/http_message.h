@@ -1,0 +1,67 @@
+// Request/Response value types and their serialization. Knows no sockets and no parser.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/record.h"
+
+namespace idemgate {
+
+struct Header {
+  std::string name;  // as sent
+  std::string value;
+};
+using Headers = std::vector<Header>;
+
+// Case-insensitive ASCII comparison of header names.
+bool HeaderNameEquals(std::string_view a, std::string_view b);
+// The first header with this name, or nullptr.
+const std::string* FindHeader(const Headers& headers, std::string_view name);
+int CountHeader(const Headers& headers, std::string_view name);
+
+// Connection, Keep-Alive, Transfer-Encoding, TE, Trailer, Upgrade, Proxy-*, and every name the
+// message's own Connection header lists.
+bool IsHopByHop(std::string_view name, const Headers& message_headers);
+
+struct Request {
+  std::string method;  // as sent, e.g. "POST"
+  std::string target;  // request-target exactly as sent (path and query)
+  int http_major = 1;
+  int http_minor = 1;
+  Headers headers;
+  std::string body;              // after transfer decoding
+  bool keep_alive = true;        // the client wants the connection kept open after this one
+  bool expect_continue = false;  // "Expect: 100-continue"
+  bool chunked = false;          // the body came chunked
+
+  std::string_view Path() const;  // target up to '?'
+};
+
+struct Response {
+  int status = 0;
+  std::string reason;
+  int http_minor = 1;
+  Headers headers;   // as received, hop-by-hop included
+  std::string body;  // after transfer decoding
+  bool keep_alive = true;  // the connection it came on may be reused
+};
+
+// The request as sent upstream: hop-by-hop headers removed, Content-Length framing,
+// X-Forwarded-For (appended) and X-Forwarded-Proto added; Host and everything else as sent.
+std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
+                                     std::string_view proto);
+
+// Turns an upstream response into what is stored and replayed: hop-by-hop headers and
+// Content-Length dropped, everything else in order, byte for byte.
+StoredResponse ToStoredResponse(const Response& response);
+
+// The bytes sent to the client: status line, the stored headers, Idempotent-Replayed when
+// `replayed`, Content-Length, Connection: close when `close`. A HEAD request, 1xx, 204 and 304
+// get no body (for HEAD the Content-Length still tells the body's size).
+std::string SerializeResponse(const StoredResponse& response, bool replayed, bool close,
+                              bool head_request);
+
+}  // namespace idemgate

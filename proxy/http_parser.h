@@ -1,0 +1,74 @@
+// llhttp wrapper: bytes in, Request/Response out, with the gateway's limits. Knows no sockets.
+// llhttp stays inside http_parser.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "proxy/http_message.h"
+
+namespace idemgate {
+
+enum class ParseError {
+  kNone,
+  kMalformed,       // bad HTTP, or a smuggling shape (CL+TE, differing CLs, bad chunk size...)
+  kBodyTooLarge,    // body over the configured maximum
+  kHeadersTooLarge, // request line / status line + headers over the configured maximum
+};
+
+// Parses requests one at a time from a client byte stream (pipelining: Feed stops at the end
+// of each message, so the bytes after it stay with the caller).
+class RequestParser {
+ public:
+  RequestParser(uint64_t max_body, uint64_t max_header_bytes);
+  ~RequestParser();
+  RequestParser(const RequestParser&) = delete;
+  RequestParser& operator=(const RequestParser&) = delete;
+
+  // Consumes bytes up to the end of the current message at most; returns how many it used.
+  // After an error it consumes nothing more.
+  size_t Feed(const char* data, size_t len);
+
+  bool started() const;            // a byte of the current message has been seen
+  bool headers_complete() const;   // request line and headers parsed (request() has them)
+  bool message_complete() const;   // a whole request is ready
+  ParseError error() const;
+  const std::string& error_detail() const;  // one sentence for a person
+
+  const Request& request() const;  // valid from headers_complete()
+  // Moves the complete request out and resets for the next message on the same stream.
+  Request TakeRequest();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses one upstream response at a time. 1xx interim responses are skipped (not returned).
+class ResponseParser {
+ public:
+  explicit ResponseParser(uint64_t max_body, uint64_t max_header_bytes = 64 << 10);
+  ~ResponseParser();
+  ResponseParser(const ResponseParser&) = delete;
+  ResponseParser& operator=(const ResponseParser&) = delete;
+
+  // Call before each response; a HEAD request's response has no body.
+  void Begin(bool head_request);
+  size_t Feed(const char* data, size_t len);
+  // The upstream closed the connection: completes a close-delimited body, or fails.
+  void FeedEof();
+
+  bool started() const;  // a byte of the (final) response has been seen
+  bool message_complete() const;
+  ParseError error() const;
+  const std::string& error_detail() const;
+  Response TakeResponse();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idemgate

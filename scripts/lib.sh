@@ -1,0 +1,31 @@
+# Shared by the scripts: install Debian packages when missing, and build.
+# shellcheck shell=bash
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libevent-dev node-llhttp libssl-dev
+  librocksdb-dev libtomlplusplus-dev libgtest-dev libgmock-dev libbenchmark-dev curl)
+
+# ensure_packages PKG...: apt-get install the ones not installed (apt-get update once first).
+ensure_packages() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing: ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# build_tree DIR [cmake args...]: configure (once) and build with Ninja.
+build_tree() {
+  local dir="$1"; shift
+  ensure_packages "${BUILD_PACKAGES[@]}"
+  if [ ! -f "$dir/build.ninja" ]; then
+    cmake -S "$ROOT" -B "$dir" -G Ninja "$@" >&2
+  fi
+  cmake --build "$dir" -j "$(nproc)" >&2
+}

@@ -1,0 +1,106 @@
+// The Store interface: async, atomic claim / complete / release of idempotency records.
+// Nothing above this header knows which implementation runs (RocksDB today, a shared database
+// later).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "store/record.h"
+
+namespace idemgate {
+
+enum class StoreCode {
+  kOk = 0,
+  kStaleClaim,  // Complete/Release by an attempt that was taken over (or whose record is gone)
+  kIoError,     // the disk failed, or the database refuses writes; retryable
+  kNoSpace,     // disk full; retryable once space is freed
+  kCorruption,  // a stored value or the database is corrupt
+  kShutdown,    // the store is closing
+};
+
+struct StoreStatus {
+  StoreCode code = StoreCode::kOk;
+  std::string message;  // for logs
+  bool ok() const { return code == StoreCode::kOk; }
+};
+
+enum class ClaimOutcome {
+  kFresh,     // no live record: written in flight as attempt 1
+  kTakeover,  // in flight with an expired lease: attempt + 1, new lease
+  kReplay,    // completed with the same fingerprint: `record` holds the response
+  kInFlight,  // in flight with a live lease: `retry_after_s` is the time left, >= 1
+  kMismatch,  // a different fingerprint, any state: `record.fingerprint` is the stored one
+};
+
+// What a winning claim (fresh or takeover) owns; Complete and Release are compare-and-set on it.
+struct ClaimToken {
+  std::string record_key;  // MakeRecordKey(scope, key)
+  uint32_t attempt = 0;
+  uint64_t owner = 0;  // random per attempt
+};
+
+struct ClaimRequest {
+  ScopeId scope{};
+  std::string key;  // the idempotency key, already unquoted
+  Fingerprint fingerprint{};
+  TimeMs lease_ms = 30'000;
+  TimeMs ttl_ms = 24 * 3'600'000LL;
+};
+
+struct ClaimResult {
+  StoreStatus status;  // when !status.ok(), nothing else is meaningful and nothing was written
+  ClaimOutcome outcome = ClaimOutcome::kFresh;
+  ClaimToken token;            // kFresh, kTakeover
+  Record record;               // kReplay, kMismatch (and kInFlight, for information)
+  int64_t retry_after_s = 0;   // kInFlight
+};
+
+enum class LookupOutcome {
+  kMiss,       // no live record
+  kFound,      // `record` holds a live record (any state)
+  kError,      // the read failed; the caller should fall back to Claim
+};
+
+struct LookupResult {
+  LookupOutcome outcome = LookupOutcome::kMiss;
+  Record record;
+};
+
+// Callbacks run on the store's own thread. They must be quick and must not block; the gateway
+// posts the result to the event loop that asked. They may call the store again.
+using ClaimCallback = std::function<void(ClaimResult)>;
+using StatusCallback = std::function<void(StoreStatus)>;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Atomic read-check-write: of any number of concurrent claims for one (scope, key), exactly
+  // one gets kFresh or kTakeover. The result is reported only once durable (store.sync).
+  virtual void Claim(ClaimRequest request, ClaimCallback done) = 0;
+
+  // Compare-and-set on (state in flight, attempt, owner): stores the response as completed.
+  // A claim that was taken over gets kStaleClaim and nothing is written.
+  virtual void Complete(ClaimToken token, StoredResponse response, StatusCallback done) = 0;
+
+  // SPEC R3a: a first attempt's record is deleted; a takeover's returns to in flight with an
+  // expired lease, keeping its attempt count. Same compare-and-set as Complete.
+  virtual void Release(ClaimToken token, StatusCallback done) = 0;
+
+  // A read that never waits for the writer (the fast replay path). Expired records are kMiss.
+  virtual LookupResult Lookup(const ScopeId& scope, std::string_view key) = 0;
+
+  // Deletes the record whatever its state (admin unblock). Reported once durable.
+  virtual void Delete(const ScopeId& scope, std::string key, StatusCallback done) = 0;
+
+  // Approximate number of records stored (for metrics).
+  virtual uint64_t ApproximateRecords() = 0;
+
+  // Stops the writer after everything queued is written. Further calls get kShutdown.
+  virtual void Close() = 0;
+};
+
+}  // namespace idemgate
