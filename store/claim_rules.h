@@ -1,0 +1,49 @@
+// The store's decision rules (SPEC §5, R3a) as pure functions of the stored record and the time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "store/record.h"
+#include "store/store.h"
+
+namespace idemgate {
+
+// What a decision asks the writer to do to the record.
+enum class WriteAction {
+  kNone,    // nothing to write
+  kPut,     // write `record`
+  kDelete,  // delete the record
+};
+
+struct ClaimDecision {
+  ClaimResult result;
+  WriteAction action = WriteAction::kNone;
+  Record record;  // kPut: the record to write
+};
+
+// `existing` is the decoded stored record (nullopt when there is none); an expired one counts
+// as absent. `new_owner` is the random token for a fresh or takeover attempt (never 0).
+ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
+                          std::string record_key, TimeMs now, uint64_t new_owner);
+
+struct CasDecision {
+  StoreStatus status;
+  WriteAction action = WriteAction::kNone;
+  Record record;  // kPut: the record to write
+};
+
+// Compare-and-set on (in flight, attempt, owner): stores the response as completed.
+CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimToken& token,
+                           StoredResponse response);
+
+// Same compare-and-set; a first attempt is deleted, a takeover returns to in flight with an
+// expired lease (lease_until = now) and no owner.
+CasDecision DecideRelease(const std::optional<Record>& existing, const ClaimToken& token,
+                          TimeMs now);
+
+// Seconds left on a lease, rounded up, at least 1.
+int64_t RetryAfterSeconds(TimeMs lease_until_ms, TimeMs now);
+
+}  // namespace idemgate

@@ -1,0 +1,393 @@
+// RocksStore: the embedded Store over RocksDB; one writer thread decides and group-commits.
+#include "store/rocks_store.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/write_batch_with_index.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "store/claim_rules.h"
+#include "store/rocks_store_internal.h"
+#include "store/ttl_filter.h"
+
+namespace idemgate {
+namespace {
+
+constexpr size_t kBlockCacheBytes = 32 << 20;
+constexpr size_t kWriteBufferBytes = 16 << 20;
+constexpr uint64_t kPeriodicCompactionSeconds = 12 * 3600;
+
+StoreStatus MapStatus(const rocksdb::Status& s) {
+  if (s.ok()) return {};
+  StoreCode code = StoreCode::kIoError;
+  if (s.IsNoSpace()) {
+    code = StoreCode::kNoSpace;
+  } else if (s.IsCorruption()) {
+    code = StoreCode::kCorruption;
+  } else if (s.IsShutdownInProgress()) {
+    code = StoreCode::kShutdown;
+  }
+  return {code, s.ToString()};
+}
+
+rocksdb::Options MakeDbOptions(rocksdb::Env* env, const rocksdb::CompactionFilter* filter) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  if (env != nullptr) o.env = env;
+  o.max_background_jobs = 2;
+  o.env->SetBackgroundThreads(2, rocksdb::Env::LOW);
+  o.env->SetBackgroundThreads(1, rocksdb::Env::HIGH);
+  o.write_buffer_size = kWriteBufferBytes;
+  o.max_write_buffer_number = 3;
+  o.compaction_filter = filter;
+  o.periodic_compaction_seconds = kPeriodicCompactionSeconds;
+  o.manual_wal_flush = false;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = rocksdb::NewLRUCache(kBlockCacheBytes);
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  t.whole_key_filtering = true;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+// One queued operation and, once decided, its result.
+struct Op {
+  enum class Kind { kClaim, kComplete, kRelease, kDelete };
+  Kind kind = Kind::kClaim;
+  std::string key;  // the record key
+  ClaimRequest claim;
+  ClaimToken token;
+  StoredResponse response;
+  ClaimCallback claim_done;
+  StatusCallback status_done;
+  ClaimResult claim_result;  // kClaim
+  StoreStatus status;        // the others
+};
+
+}  // namespace
+
+class RocksStore final : public Store {
+ public:
+  RocksStore(const RocksStoreOptions& options, std::unique_ptr<TtlCompactionFilter> filter,
+             std::unique_ptr<rocksdb::DB> db)
+      : clock_(options.clock),
+        max_batch_(options.max_batch == 0 ? 1 : options.max_batch),
+        filter_(std::move(filter)),
+        db_(std::move(db)),
+        batch_(rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true) {
+    write_options_.sync = options.sync;
+    write_options_.disableWAL = false;
+    writer_ = std::thread([this] { WriterLoop(); });
+  }
+  ~RocksStore() override { Close(); }
+
+  void Claim(ClaimRequest request, ClaimCallback done) override;
+  void Complete(ClaimToken token, StoredResponse response, StatusCallback done) override;
+  void Release(ClaimToken token, StatusCallback done) override;
+  LookupResult Lookup(const ScopeId& scope, std::string_view key) override;
+  void Delete(const ScopeId& scope, std::string key, StatusCallback done) override;
+  uint64_t ApproximateRecords() override;
+  void Close() override;
+
+  rocksdb::DB* db() { return db_.get(); }
+  rocksdb::Status CompactAll();
+
+ private:
+  void Enqueue(Op op);
+  void WriterLoop();
+  void TakeBatch(std::vector<Op>* batch);
+  void RunBatch(std::vector<Op>& batch);
+  void Decide(Op& op, TimeMs now);
+  StoreStatus ReadRecord(const std::string& key, std::optional<Record>* record);
+  void Apply(const std::string& key, WriteAction action, const Record& record);
+  uint64_t NewOwner();
+  static void Report(Op& op);
+
+  const Clock* clock_;
+  const size_t max_batch_;
+  std::unique_ptr<TtlCompactionFilter> filter_;  // outlives db_ (declared first)
+  std::unique_ptr<rocksdb::DB> db_;
+  std::shared_mutex db_mu_;  // shared: readers of db_; exclusive: Close destroying it
+
+  std::mutex mu_;  // guards queue_, closed_, stopping_
+  std::condition_variable cv_;
+  std::vector<Op> queue_;
+  bool closed_ = false;
+  bool stopping_ = false;
+  std::thread writer_;
+
+  // Writer thread only.
+  rocksdb::WriteBatchWithIndex batch_;
+  rocksdb::WriteOptions write_options_;
+  rocksdb::ReadOptions read_options_;
+  std::mt19937_64 rng_{std::random_device{}()};
+  bool need_resume_ = false;
+};
+
+void RocksStore::Claim(ClaimRequest request, ClaimCallback done) {
+  Op op;
+  op.kind = Op::Kind::kClaim;
+  op.key = MakeRecordKey(request.scope, request.key);
+  op.claim = std::move(request);
+  op.claim_done = std::move(done);
+  Enqueue(std::move(op));
+}
+
+void RocksStore::Complete(ClaimToken token, StoredResponse response, StatusCallback done) {
+  Op op;
+  op.kind = Op::Kind::kComplete;
+  op.key = token.record_key;
+  op.token = std::move(token);
+  op.response = std::move(response);
+  op.status_done = std::move(done);
+  Enqueue(std::move(op));
+}
+
+void RocksStore::Release(ClaimToken token, StatusCallback done) {
+  Op op;
+  op.kind = Op::Kind::kRelease;
+  op.key = token.record_key;
+  op.token = std::move(token);
+  op.status_done = std::move(done);
+  Enqueue(std::move(op));
+}
+
+void RocksStore::Delete(const ScopeId& scope, std::string key, StatusCallback done) {
+  Op op;
+  op.kind = Op::Kind::kDelete;
+  op.key = MakeRecordKey(scope, key);
+  op.status_done = std::move(done);
+  Enqueue(std::move(op));
+}
+
+LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key) {
+  LookupResult out;
+  std::string value;
+  {
+    std::shared_lock lock(db_mu_);
+    if (!db_) {
+      out.outcome = LookupOutcome::kError;
+      return out;
+    }
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), MakeRecordKey(scope, key), &value);
+    if (s.IsNotFound()) return out;
+    if (!s.ok()) {
+      out.outcome = LookupOutcome::kError;
+      return out;
+    }
+  }
+  std::optional<Record> record = DecodeRecord(value);
+  if (!record.has_value()) {
+    out.outcome = LookupOutcome::kError;
+  } else if (!record->ExpiredAt(clock_->NowMs())) {
+    out.outcome = LookupOutcome::kFound;
+    out.record = std::move(*record);
+  }
+  return out;
+}
+
+uint64_t RocksStore::ApproximateRecords() {
+  std::shared_lock lock(db_mu_);
+  uint64_t n = 0;
+  if (db_) db_->GetIntProperty("rocksdb.estimate-num-keys", &n);
+  return n;
+}
+
+void RocksStore::Close() {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  // Called from a callback (the writer thread itself): the destructor finishes the job.
+  if (std::this_thread::get_id() == writer_.get_id()) return;
+  if (writer_.joinable()) writer_.join();
+  std::unique_lock lock(db_mu_);
+  if (db_) {
+    db_->Close();
+    db_.reset();
+  }
+}
+
+rocksdb::Status RocksStore::CompactAll() {
+  std::shared_lock lock(db_mu_);
+  if (!db_) return rocksdb::Status::ShutdownInProgress();
+  rocksdb::CompactRangeOptions o;
+  o.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  return db_->CompactRange(o, nullptr, nullptr);
+}
+
+void RocksStore::Enqueue(Op op) {
+  {
+    std::unique_lock lock(mu_);
+    if (!closed_) {
+      queue_.push_back(std::move(op));
+      lock.unlock();
+      cv_.notify_one();
+      return;
+    }
+  }
+  StoreStatus shutdown{StoreCode::kShutdown, "store is closed"};
+  op.claim_result.status = shutdown;
+  op.status = shutdown;
+  Report(op);
+}
+
+void RocksStore::WriterLoop() {
+  std::vector<Op> batch;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;  // stopping, and everything queued is done
+      TakeBatch(&batch);
+    }
+    RunBatch(batch);
+    batch.clear();
+  }
+}
+
+void RocksStore::TakeBatch(std::vector<Op>* batch) {
+  if (queue_.size() <= max_batch_) {
+    batch->swap(queue_);  // queue_ inherits the old batch's capacity
+    return;
+  }
+  auto end = queue_.begin() + static_cast<std::ptrdiff_t>(max_batch_);
+  batch->assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(end));
+  queue_.erase(queue_.begin(), end);
+}
+
+// Decides every op against the DB plus the batch, writes once, then reports every result.
+void RocksStore::RunBatch(std::vector<Op>& batch) {
+  if (need_resume_) {
+    // A previous write failed: ask RocksDB to recover before trying again. If it cannot yet,
+    // the write below fails and reports the error.
+    if (db_->Resume().ok()) need_resume_ = false;
+  }
+  batch_.Clear();
+  const TimeMs now = clock_->NowMs();
+  for (Op& op : batch) Decide(op, now);
+  if (batch_.GetWriteBatch()->Count() > 0) {
+    rocksdb::Status s = db_->Write(write_options_, batch_.GetWriteBatch());
+    if (!s.ok()) {
+      need_resume_ = true;
+      StoreStatus err = MapStatus(s);
+      for (Op& op : batch) {
+        op.claim_result = ClaimResult{};
+        op.claim_result.status = err;
+        op.status = err;
+      }
+    }
+  }
+  for (Op& op : batch) Report(op);
+}
+
+void RocksStore::Decide(Op& op, TimeMs now) {
+  std::optional<Record> existing;
+  StoreStatus read = ReadRecord(op.key, &existing);
+  if (!read.ok() && op.kind != Op::Kind::kDelete) {
+    op.claim_result.status = read;
+    op.status = read;
+    return;
+  }
+  switch (op.kind) {
+    case Op::Kind::kClaim: {
+      ClaimDecision d = DecideClaim(existing, op.claim, op.key, now, NewOwner());
+      op.claim_result = std::move(d.result);
+      Apply(op.key, d.action, d.record);
+      break;
+    }
+    case Op::Kind::kComplete: {
+      CasDecision d = DecideComplete(existing, op.token, std::move(op.response));
+      op.status = std::move(d.status);
+      Apply(op.key, d.action, d.record);
+      break;
+    }
+    case Op::Kind::kRelease: {
+      CasDecision d = DecideRelease(existing, op.token, now);
+      op.status = std::move(d.status);
+      Apply(op.key, d.action, d.record);
+      break;
+    }
+    case Op::Kind::kDelete:
+      Apply(op.key, WriteAction::kDelete, Record{});
+      break;
+  }
+}
+
+StoreStatus RocksStore::ReadRecord(const std::string& key, std::optional<Record>* record) {
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = batch_.GetFromBatchAndDB(db_.get(), read_options_, key, &value);
+  if (s.IsNotFound()) return {};
+  if (!s.ok()) return MapStatus(s);
+  *record = DecodeRecord(std::string_view(value.data(), value.size()));
+  if (!record->has_value()) return {StoreCode::kCorruption, "stored record does not decode"};
+  return {};
+}
+
+void RocksStore::Apply(const std::string& key, WriteAction action, const Record& record) {
+  if (action == WriteAction::kPut) {
+    batch_.Put(key, EncodeRecord(record));
+  } else if (action == WriteAction::kDelete) {
+    batch_.Delete(key);
+  }
+}
+
+uint64_t RocksStore::NewOwner() {
+  uint64_t owner = 0;
+  while (owner == 0) owner = rng_();  // 0 marks "no owner" and must never match
+  return owner;
+}
+
+void RocksStore::Report(Op& op) {
+  if (op.kind == Op::Kind::kClaim) {
+    if (op.claim_done) op.claim_done(std::move(op.claim_result));
+  } else if (op.status_done) {
+    op.status_done(std::move(op.status));
+  }
+}
+
+std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, rocksdb::Env* env,
+                                             std::string* error) {
+  if (options.clock == nullptr || options.path.empty()) {
+    if (error) *error = "RocksStore needs a path and a clock";
+    return nullptr;
+  }
+  auto filter = std::make_unique<TtlCompactionFilter>(options.clock);
+  rocksdb::Options db_options = MakeDbOptions(env, filter.get());
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);
+  if (!s.ok()) {
+    if (error) *error = "opening " + options.path + ": " + s.ToString();
+    return nullptr;
+  }
+  return std::make_unique<RocksStore>(options, std::move(filter), std::unique_ptr<rocksdb::DB>(raw));
+}
+
+std::unique_ptr<Store> OpenRocksStore(const RocksStoreOptions& options, std::string* error) {
+  return OpenRocksStoreWithEnv(options, nullptr, error);
+}
+
+rocksdb::DB* RocksStoreDb(Store* store) {
+  auto* rocks = dynamic_cast<RocksStore*>(store);
+  return rocks == nullptr ? nullptr : rocks->db();
+}
+
+rocksdb::Status CompactRocksStore(Store* store) {
+  auto* rocks = dynamic_cast<RocksStore*>(store);
+  if (rocks == nullptr) return rocksdb::Status::InvalidArgument("not a RocksStore");
+  return rocks->CompactAll();
+}
+
+}  // namespace idemgate
