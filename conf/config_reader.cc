@@ -1,0 +1,169 @@
+// Typed, located access to one TOML section; every failure is a "FILE:LINE: key 'a.b': ..." error.
+#include "conf/config_reader.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "conf/config.h"
+
+namespace idemgate::conf {
+
+std::string FormatError(const std::string& file, uint32_t line, std::string_view key,
+                        std::string_view what) {
+  std::string out = file;
+  if (line > 0) {
+    out += ':';
+    out += std::to_string(line);
+  }
+  out += ": key '";
+  out += key;
+  out += "': ";
+  out += what;
+  return out;
+}
+
+std::string_view TypeName(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table: return "table";
+    case toml::node_type::array: return "array";
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+    case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+SectionReader::SectionReader(const toml::table* table, std::string section, std::string file,
+                             std::initializer_list<std::string_view> known_keys)
+    : table_(table),
+      section_(std::move(section)),
+      file_(std::move(file)),
+      known_keys_(known_keys) {}
+
+void SectionReader::RejectUnknownKeys() const {
+  if (table_ == nullptr) return;
+  const toml::key* first = nullptr;
+  for (const auto& [key, node] : *table_) {
+    if (std::find(known_keys_.begin(), known_keys_.end(), key.str()) != known_keys_.end()) continue;
+    if (first == nullptr || key.source().begin.line < first->source().begin.line) first = &key;
+  }
+  if (first == nullptr) return;
+  std::string known;
+  for (std::string_view k : known_keys_) known += (known.empty() ? "" : ", ") + std::string(k);
+  throw ConfigError(FormatError(file_, first->source().begin.line, Qualified(first->str()),
+                                "unknown key (known keys in [" + section_ + "]: " + known + ")"));
+}
+
+const toml::node* SectionReader::Node(std::string_view key) const {
+  return table_ == nullptr ? nullptr : table_->get(key);
+}
+
+uint32_t SectionReader::Line(std::string_view key) const {
+  if (const toml::node* node = Node(key)) return node->source().begin.line;
+  return table_ == nullptr ? 0 : table_->source().begin.line;
+}
+
+std::string SectionReader::Qualified(std::string_view key) const {
+  return section_ + "." + std::string(key);
+}
+
+void SectionReader::Fail(std::string_view key, std::string_view what) const {
+  throw ConfigError(FormatError(file_, Line(key), Qualified(key), what));
+}
+
+void SectionReader::WrongType(std::string_view key, std::string_view expected,
+                              const toml::node& got) const {
+  Fail(key, "expected " + std::string(expected) + ", got " + std::string(TypeName(got)));
+}
+
+bool SectionReader::String(std::string_view key, std::string* out) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  const auto* value = node->as_string();
+  if (value == nullptr) WrongType(key, "a string", *node);
+  if (value->get().find('\0') != std::string::npos) Fail(key, "must not contain a NUL character");
+  *out = value->get();
+  return true;
+}
+
+bool SectionReader::Bool(std::string_view key, bool* out) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  const auto* value = node->as_boolean();
+  if (value == nullptr) WrongType(key, "true or false", *node);
+  *out = value->get();
+  return true;
+}
+
+bool SectionReader::Int(std::string_view key, int64_t* out) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  const auto* value = node->as_integer();
+  if (value == nullptr) WrongType(key, "an integer", *node);
+  *out = value->get();
+  return true;
+}
+
+bool SectionReader::StringArray(std::string_view key, std::vector<std::string>* out) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  const auto* array = node->as_array();
+  if (array == nullptr) WrongType(key, "an array of strings", *node);
+  std::vector<std::string> values;
+  for (const toml::node& element : *array) {
+    const auto* value = element.as_string();
+    if (value == nullptr) {
+      Fail(key, "expected an array of strings, got an element of type " +
+                    std::string(TypeName(element)));
+    }
+    values.push_back(value->get());
+  }
+  *out = std::move(values);
+  return true;
+}
+
+bool SectionReader::Duration(std::string_view key, int64_t* out_ms) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  const auto* value = node->as_string();
+  if (value == nullptr) WrongType(key, "a duration string like \"5s\"", *node);
+  const std::optional<int64_t> ms = ParseDurationMs(value->get());
+  if (!ms) {
+    Fail(key, "bad duration \"" + value->get() +
+                  "\": expected a whole number and a unit (ms, s, m, h, d), like \"5s\"");
+  }
+  if (*ms <= 0) Fail(key, "must be longer than 0, got \"" + value->get() + "\"");
+  *out_ms = *ms;
+  return true;
+}
+
+bool SectionReader::Size(std::string_view key, uint64_t* out) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  std::optional<uint64_t> bytes;
+  if (const auto* integer = node->as_integer()) {
+    if (integer->get() <= 0) Fail(key, "must be at least 1 byte, got " + std::to_string(**integer));
+    bytes = static_cast<uint64_t>(integer->get());
+  } else if (const auto* text = node->as_string()) {
+    bytes = ParseSize(text->get());
+    if (!bytes) {
+      Fail(key, "bad size \"" + text->get() +
+                    "\": expected bytes or a whole number and a unit (B, KiB, MiB, GiB, TiB, KB, "
+                    "MB, GB, TB), like \"1MiB\"");
+    }
+    if (*bytes == 0) Fail(key, "must be at least 1 byte, got \"" + text->get() + "\"");
+  } else {
+    WrongType(key, "a size like \"1MiB\" or an integer number of bytes", *node);
+  }
+  *out = *bytes;
+  return true;
+}
+
+}  // namespace idemgate::conf

@@ -1,0 +1,65 @@
+// Typed, located access to one TOML section; every failure is a "FILE:LINE: key 'a.b': ..." error.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+namespace idemgate::conf {
+
+// Thrown inside the parser only; ParseConfig turns it into ConfigResult::error.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// "FILE:LINE: key 'KEY': WHAT" ("FILE: key ..." when line is 0).
+std::string FormatError(const std::string& file, uint32_t line, std::string_view key,
+                        std::string_view what);
+
+// The name of a TOML value's type, as used in messages: "integer", "string", ...
+std::string_view TypeName(const toml::node& node);
+
+// One section ([listen], [upstream], ...). `table` may be null: the section is absent and every
+// getter leaves its output (the default) untouched. Getters return whether the key was present.
+class SectionReader {
+ public:
+  SectionReader(const toml::table* table, std::string section, std::string file,
+                std::initializer_list<std::string_view> known_keys);
+
+  // Throws ConfigError naming the first (by line) key not in known_keys.
+  void RejectUnknownKeys() const;
+
+  bool String(std::string_view key, std::string* out) const;
+  bool Bool(std::string_view key, bool* out) const;
+  bool Int(std::string_view key, int64_t* out) const;
+  bool StringArray(std::string_view key, std::vector<std::string>* out) const;
+  // A string like "30s"; must be > 0.
+  bool Duration(std::string_view key, int64_t* out_ms) const;
+  // A string like "1MiB" or an integer number of bytes; must be > 0.
+  bool Size(std::string_view key, uint64_t* out) const;
+
+  bool Has(std::string_view key) const { return Node(key) != nullptr; }
+  // The line of the key's value, else of the section's table, else 0.
+  uint32_t Line(std::string_view key) const;
+  // "section.key".
+  std::string Qualified(std::string_view key) const;
+  [[noreturn]] void Fail(std::string_view key, std::string_view what) const;
+
+ private:
+  const toml::node* Node(std::string_view key) const;
+  [[noreturn]] void WrongType(std::string_view key, std::string_view expected,
+                              const toml::node& got) const;
+
+  const toml::table* table_;
+  std::string section_;
+  std::string file_;
+  std::vector<std::string_view> known_keys_;
+};
+
+}  // namespace idemgate::conf

@@ -1,0 +1,228 @@
+// Parsers for the scalar value syntaxes of the configuration: addresses, URLs, tokens, durations.
+#include "conf/config_values.h"
+
+#include <array>
+#include <limits>
+#include <utility>
+
+namespace idemgate {
+namespace {
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool IsHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// Leading decimal digits of `text` -> value (at most `max`); *rest gets what follows.
+// nullopt when there are no digits or the value exceeds `max`.
+std::optional<uint64_t> LeadingInteger(std::string_view text, uint64_t max, std::string_view* rest) {
+  size_t i = 0;
+  uint64_t value = 0;
+  while (i < text.size() && IsDigit(text[i])) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    if (value > (max - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  *rest = text.substr(i);
+  return value;
+}
+
+// A host name or IPv4 literal: letters, digits, '-', '.', '_'.
+bool IsHostName(std::string_view host) {
+  if (host.empty()) return false;
+  for (char c : host) {
+    if (!IsAlpha(c) && !IsDigit(c) && c != '-' && c != '.' && c != '_') return false;
+  }
+  return true;
+}
+
+// The inside of "[...]": hex digits, ':' and '.' (an embedded IPv4), with at least one ':'.
+bool IsIpv6Literal(std::string_view host) {
+  if (host.find(':') == std::string_view::npos) return false;
+  for (char c : host) {
+    if (!IsHex(c) && c != ':' && c != '.') return false;
+  }
+  return true;
+}
+
+std::optional<uint16_t> ParsePort(std::string_view text, bool allow_zero, std::string* why) {
+  std::string_view rest;
+  auto port = LeadingInteger(text, 65535, &rest);
+  if (text.empty()) {
+    *why = "missing port after ':'";
+    return std::nullopt;
+  }
+  if (!port || !rest.empty() || text.size() > 5) {
+    *why = "bad port \"" + std::string(text) + "\" (expected 0-65535)";
+    return std::nullopt;
+  }
+  if (*port == 0 && !allow_zero) {
+    *why = "port 0 is not allowed here";
+    return std::nullopt;
+  }
+  return static_cast<uint16_t>(*port);
+}
+
+bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
+  return text.size() >= prefix.size() && conf::ToLowerAscii(text.substr(0, prefix.size())) == prefix;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseDurationMs(std::string_view text) {
+  static constexpr std::array<std::pair<std::string_view, int64_t>, 5> kUnits = {{
+      {"ms", 1}, {"s", 1'000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}}};
+  std::string_view unit;
+  auto amount = LeadingInteger(text, std::numeric_limits<int64_t>::max(), &unit);
+  if (!amount) return std::nullopt;
+  for (const auto& [name, factor] : kUnits) {
+    if (unit != name) continue;
+    if (*amount > static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / factor)) {
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(*amount) * factor;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint64_t> ParseSize(std::string_view text) {
+  static constexpr std::array<std::pair<std::string_view, uint64_t>, 11> kUnits = {{
+      {"", 1},
+      {"B", 1},
+      {"KiB", 1ULL << 10},
+      {"MiB", 1ULL << 20},
+      {"GiB", 1ULL << 30},
+      {"TiB", 1ULL << 40},
+      {"KB", 1'000},
+      {"kB", 1'000},
+      {"MB", 1'000'000},
+      {"GB", 1'000'000'000},
+      {"TB", 1'000'000'000'000},
+  }};
+  std::string_view unit;
+  auto amount = LeadingInteger(text, std::numeric_limits<uint64_t>::max(), &unit);
+  if (!amount) return std::nullopt;
+  for (const auto& [name, factor] : kUnits) {
+    if (unit != name) continue;
+    if (*amount > std::numeric_limits<uint64_t>::max() / factor) return std::nullopt;
+    return *amount * factor;
+  }
+  return std::nullopt;
+}
+
+namespace conf {
+
+std::optional<HostPort> ParseHostPort(std::string_view text, bool allow_port_zero,
+                                      std::string* why) {
+  std::string_view host;
+  std::string_view port;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) {
+      *why = "missing ']' after the IPv6 address";
+      return std::nullopt;
+    }
+    host = text.substr(1, close - 1);
+    if (!IsIpv6Literal(host)) {
+      *why = "bad IPv6 address \"" + std::string(host) + "\"";
+      return std::nullopt;
+    }
+    if (close + 1 >= text.size() || text[close + 1] != ':') {
+      *why = "missing port (expected [host]:port)";
+      return std::nullopt;
+    }
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) {
+      *why = "missing port (expected host:port)";
+      return std::nullopt;
+    }
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      *why = "an IPv6 address must be in brackets, like [::1]:8080";
+      return std::nullopt;
+    }
+    if (!IsHostName(host)) {
+      *why = host.empty() ? "missing host (expected host:port)"
+                          : "bad host \"" + std::string(host) + "\"";
+      return std::nullopt;
+    }
+  }
+  auto parsed_port = ParsePort(port, allow_port_zero, why);
+  if (!parsed_port) return std::nullopt;
+  return HostPort{std::string(host), *parsed_port};
+}
+
+std::optional<HttpUrl> ParseHttpUrl(std::string_view text, std::string* why) {
+  HttpUrl url;
+  if (StartsWithNoCase(text, "https://")) {
+    url.tls = true;
+    text.remove_prefix(8);
+  } else if (StartsWithNoCase(text, "http://")) {
+    text.remove_prefix(7);
+  } else {
+    *why = "expected a URL starting with http:// or https://";
+    return std::nullopt;
+  }
+  const size_t end = text.find_first_of("/?#");
+  const std::string_view authority = text.substr(0, end);
+  const std::string_view rest = end == std::string_view::npos ? "" : text.substr(end);
+  if (!rest.empty() && rest != "/") {
+    *why = "the URL must have no path, query or fragment (got \"" + std::string(rest) + "\")";
+    return std::nullopt;
+  }
+  if (authority.find('@') != std::string_view::npos) {
+    *why = "the URL must not carry user information";
+    return std::nullopt;
+  }
+  const size_t bracket = authority.rfind(']');
+  const size_t colon = authority.rfind(':');
+  const bool has_port =
+      colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket);
+  std::string host_port(authority);
+  if (!has_port) host_port += url.tls ? ":443" : ":80";
+  auto addr = ParseHostPort(host_port, /*allow_port_zero=*/false, why);
+  if (!addr) return std::nullopt;
+  url.addr = std::move(*addr);
+  return url;
+}
+
+bool IsHttpToken(std::string_view text) {
+  static constexpr std::string_view kSpecials = "!#$%&'*+-.^_`|~";
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!IsAlpha(c) && !IsDigit(c) && kSpecials.find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+std::string ToUpperAscii(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return out;
+}
+
+std::string ToLowerAscii(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::string FormatDurationMs(int64_t ms) {
+  static constexpr std::array<std::pair<std::string_view, int64_t>, 4> kUnits = {{
+      {"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1'000}}};
+  for (const auto& [name, factor] : kUnits) {
+    if (ms != 0 && ms % factor == 0) return std::to_string(ms / factor) + std::string(name);
+  }
+  return std::to_string(ms) + "ms";
+}
+
+}  // namespace conf
+}  // namespace idemgate

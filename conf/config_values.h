@@ -1,0 +1,35 @@
+// Parsers for the scalar value syntaxes of the configuration: addresses, URLs, tokens, durations.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "conf/config.h"
+
+namespace idemgate::conf {
+
+// "host:port" or "[v6]:port" -> HostPort (host without brackets). On failure returns nullopt
+// and sets *why to a phrase like "missing port". Port 0 only when `allow_port_zero`.
+std::optional<HostPort> ParseHostPort(std::string_view text, bool allow_port_zero,
+                                      std::string* why);
+
+struct HttpUrl {
+  bool tls = false;
+  HostPort addr;
+};
+// "http(s)://host[:port][/]" -> HttpUrl (default port 80 / 443). No userinfo, path, query or
+// fragment. On failure returns nullopt and sets *why.
+std::optional<HttpUrl> ParseHttpUrl(std::string_view text, std::string* why);
+
+// An RFC 9110 token (a header name or a method): one or more tchar.
+bool IsHttpToken(std::string_view text);
+
+std::string ToUpperAscii(std::string_view text);
+std::string ToLowerAscii(std::string_view text);
+
+// Milliseconds -> the shortest exact form with the largest unit: 1500 -> "1500ms", 35000 -> "35s".
+std::string FormatDurationMs(int64_t ms);
+
+}  // namespace idemgate::conf
