@@ -1,1 +1,209 @@
-// placeholder: replaced by the module's implementation
+// Request/Response helpers: header lookup, hop-by-hop rules, and the bytes sent up and down.
+#include "proxy/http_message.h"
+
+#include <cctype>
+
+namespace idemgate {
+namespace {
+
+char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
+  return text.size() >= prefix.size() && HeaderNameEquals(text.substr(0, prefix.size()), prefix);
+}
+
+std::string_view TrimOws(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+// True when `name` is one of the comma-separated tokens of any Connection header.
+bool ListedInConnection(std::string_view name, const Headers& headers) {
+  for (const Header& h : headers) {
+    if (!HeaderNameEquals(h.name, "Connection")) continue;
+    std::string_view rest = h.value;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view token = TrimOws(rest.substr(0, comma));
+      if (!token.empty() && HeaderNameEquals(token, name)) return true;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  return false;
+}
+
+bool MethodCarriesBody(std::string_view method) {
+  return method == "POST" || method == "PUT" || method == "PATCH";
+}
+
+void AppendHeader(std::string* out, std::string_view name, std::string_view value) {
+  out->append(name);
+  out->append(": ");
+  out->append(value);
+  out->append("\r\n");
+}
+
+}  // namespace
+
+bool HeaderNameEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (LowerAscii(a[i]) != LowerAscii(b[i])) return false;
+  }
+  return true;
+}
+
+const std::string* FindHeader(const Headers& headers, std::string_view name) {
+  for (const Header& h : headers) {
+    if (HeaderNameEquals(h.name, name)) return &h.value;
+  }
+  return nullptr;
+}
+
+int CountHeader(const Headers& headers, std::string_view name) {
+  int count = 0;
+  for (const Header& h : headers) {
+    if (HeaderNameEquals(h.name, name)) ++count;
+  }
+  return count;
+}
+
+std::string_view StandardReasonPhrase(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 102: return "Processing";
+    case 103: return "Early Hints";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 203: return "Non-Authoritative Information";
+    case 204: return "No Content";
+    case 205: return "Reset Content";
+    case 206: return "Partial Content";
+    case 300: return "Multiple Choices";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 402: return "Payment Required";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Entity";
+    case 425: return "Too Early";
+    case 428: return "Precondition Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+  }
+}
+
+bool IsHopByHop(std::string_view name, const Headers& message_headers) {
+  static constexpr std::string_view kFixed[] = {"Connection", "Keep-Alive", "Transfer-Encoding",
+                                                "TE",         "Trailer",    "Upgrade"};
+  for (std::string_view fixed : kFixed) {
+    if (HeaderNameEquals(name, fixed)) return true;
+  }
+  if (StartsWithNoCase(name, "Proxy-")) return true;
+  return ListedInConnection(name, message_headers);
+}
+
+std::string_view Request::Path() const {
+  std::string_view t = target;
+  size_t q = t.find('?');
+  return q == std::string_view::npos ? t : t.substr(0, q);
+}
+
+std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
+                                     std::string_view proto) {
+  std::string out;
+  out.reserve(256 + request.body.size());
+  out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\n");
+  std::string forwarded_for;
+  for (const Header& h : request.headers) {
+    if (IsHopByHop(h.name, request.headers)) continue;
+    if (HeaderNameEquals(h.name, "Content-Length")) continue;
+    // The gateway already answered (or skipped) the 100-continue handshake; the body is whole.
+    if (HeaderNameEquals(h.name, "Expect")) continue;
+    // The gateway states the protocol it received; a client-sent value could be spoofed.
+    if (HeaderNameEquals(h.name, "X-Forwarded-Proto")) continue;
+    if (HeaderNameEquals(h.name, "X-Forwarded-For")) {
+      if (!forwarded_for.empty()) forwarded_for.append(", ");
+      forwarded_for.append(h.value);
+      continue;
+    }
+    AppendHeader(&out, h.name, h.value);
+  }
+  if (!forwarded_for.empty()) forwarded_for.append(", ");
+  forwarded_for.append(client_ip);
+  AppendHeader(&out, "X-Forwarded-For", forwarded_for);
+  AppendHeader(&out, "X-Forwarded-Proto", proto);
+  if (!request.body.empty() || MethodCarriesBody(request.method)) {
+    AppendHeader(&out, "Content-Length", std::to_string(request.body.size()));
+  }
+  out.append("\r\n");
+  out.append(request.body);
+  return out;
+}
+
+StoredResponse ToStoredResponse(const Response& response) {
+  StoredResponse stored;
+  stored.status = response.status;
+  stored.reason = response.reason;
+  for (const Header& h : response.headers) {
+    if (IsHopByHop(h.name, response.headers)) continue;
+    if (HeaderNameEquals(h.name, "Content-Length")) continue;
+    stored.headers.emplace_back(h.name, h.value);
+  }
+  stored.body = response.body;
+  return stored;
+}
+
+std::string SerializeResponse(const StoredResponse& response, bool replayed, bool close,
+                              bool head_request) {
+  std::string out;
+  out.reserve(256 + response.body.size());
+  out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
+  if (response.reason.empty()) {
+    out.append(StandardReasonPhrase(response.status));
+  } else {
+    out.append(response.reason);
+  }
+  out.append("\r\n");
+  for (const auto& [name, value] : response.headers) AppendHeader(&out, name, value);
+  if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
+  const bool no_body_status =
+      (response.status >= 100 && response.status < 200) || response.status == 204 ||
+      response.status == 304;
+  // HEAD: the stored body of a HEAD response is empty, and an empty body gets no Content-Length
+  // (it would claim the resource is empty). A non-empty body still tells its size, unsent.
+  const bool write_length = !no_body_status && !(head_request && response.body.empty());
+  if (write_length) AppendHeader(&out, "Content-Length", std::to_string(response.body.size()));
+  if (close) AppendHeader(&out, "Connection", "close");
+  out.append("\r\n");
+  if (!no_body_status && !head_request) out.append(response.body);
+  return out;
+}
+
+}  // namespace idemgate

@@ -22,6 +22,9 @@ bool HeaderNameEquals(std::string_view a, std::string_view b);
 const std::string* FindHeader(const Headers& headers, std::string_view name);
 int CountHeader(const Headers& headers, std::string_view name);
 
+// The standard reason phrase for a status ("Created"), or "Unknown" when there is none.
+std::string_view StandardReasonPhrase(int status);
+
 // Connection, Keep-Alive, Transfer-Encoding, TE, Trailer, Upgrade, Proxy-*, and every name the
 // message's own Connection header lists.
 bool IsHopByHop(std::string_view name, const Headers& message_headers);

@@ -1,0 +1,491 @@
+// llhttp wrapper: request and response parsing with the gateway's limits and smuggling checks.
+#include "proxy/http_parser.h"
+
+#include <string_view>
+#include <utility>
+
+#include "llhttp.h"
+
+namespace idemgate {
+namespace {
+
+std::string_view TrimOws(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+// A request's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand the
+// upstream a still-encoded body once the (hop-by-hop) header is dropped.
+bool TransferEncodingIsPlainChunked(const Headers& headers) {
+  int tokens = 0;
+  bool chunked = false;
+  for (const Header& h : headers) {
+    if (!HeaderNameEquals(h.name, "Transfer-Encoding")) continue;
+    std::string_view rest = h.value;
+    while (true) {
+      size_t comma = rest.find(',');
+      std::string_view token = TrimOws(rest.substr(0, comma));
+      if (!token.empty()) {
+        ++tokens;
+        chunked = HeaderNameEquals(token, "chunked");
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  return tokens == 1 && chunked;
+}
+
+bool IsTchar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!IsTchar(c)) return false;
+  }
+  return true;
+}
+
+// Checks the raw bytes of a header section (start line + fields + blank line) for what llhttp
+// in its loose build accepts: bare LF, bare CR and obs-fold. It also finds where the section
+// ends, so the parser can hand llhttp the header section and the body separately.
+class HeaderSectionScanner {
+ public:
+  void Reset() { *this = HeaderSectionScanner(); }
+  bool done() const { return state_ == kDone; }
+  const char* error() const { return error_; }
+
+  // Scans up to the end of the header section; returns the bytes that belong to it.
+  size_t Scan(const char* data, size_t len) {
+    for (size_t i = 0; i < len; ++i) {
+      if (!Step(data[i])) return i;
+      if (state_ == kDone) return i + 1;
+    }
+    return len;
+  }
+
+ private:
+  enum State { kLineStart, kInLine, kExpectLf, kExpectFinalLf, kDone };
+
+  bool Fail(const char* why) {
+    error_ = why;
+    return false;
+  }
+  bool Step(char c) {
+    switch (state_) {
+      case kLineStart:
+        if (c == '\r') {
+          state_ = lines_ == 0 ? kExpectLf : kExpectFinalLf;  // empty lines before the start line
+          return true;
+        }
+        if (c == '\n') return Fail("a line ends in a bare LF instead of CRLF");
+        if (lines_ > 0 && (c == ' ' || c == '\t')) {
+          return Fail("a header line is folded (obs-fold), which is not allowed");
+        }
+        state_ = kInLine;
+        line_has_content_ = true;
+        return true;
+      case kInLine:
+        if (c == '\r') state_ = kExpectLf;
+        if (c == '\n') return Fail("a line ends in a bare LF instead of CRLF");
+        return true;
+      case kExpectLf:
+      case kExpectFinalLf:
+        if (c != '\n') return Fail("a bare CR appears without LF");
+        if (state_ == kExpectFinalLf) {
+          state_ = kDone;
+          return true;
+        }
+        if (line_has_content_) ++lines_;
+        line_has_content_ = false;
+        state_ = kLineStart;
+        return true;
+      case kDone:
+        return true;
+    }
+    return true;
+  }
+
+  State state_ = kLineStart;
+  int lines_ = 0;                  // complete non-empty lines so far
+  bool line_has_content_ = false;  // the current line is not one of the leading empty lines
+  const char* error_ = nullptr;
+};
+
+// The parsing state shared by both directions; llhttp calls back into it through `data`.
+struct Engine {
+  Engine(llhttp_type_t type, uint64_t max_body, uint64_t max_header_bytes)
+      : type(type), max_body(max_body), max_header_bytes(max_header_bytes) {
+    InitSettings();
+    Reinit();
+  }
+
+  void InitSettings();
+  void Reinit() {
+    llhttp_init(&parser, type, &settings);
+    parser.data = this;
+    ResetMessage();
+    error = ParseError::kNone;
+    detail.clear();
+  }
+  // Forgets the current message (not the stream position).
+  void ResetMessage() {
+    started = headers_complete = message_complete = false;
+    interim = false;
+    header_bytes = 0;
+    field.clear();
+    value.clear();
+    method.clear();
+    target.clear();
+    reason.clear();
+    headers.clear();
+    body.clear();
+    scanner.Reset();
+  }
+  int Fail(ParseError kind, std::string text) {
+    if (error == ParseError::kNone) {
+      error = kind;
+      detail = std::move(text);
+    }
+    return -1;
+  }
+  int CountHeaderBytes(size_t n) {
+    header_bytes += n;
+    if (header_bytes > max_header_bytes) {
+      return Fail(ParseError::kHeadersTooLarge,
+                  "The request line and headers exceed the limit of " +
+                      std::to_string(max_header_bytes) + " bytes.");
+    }
+    return 0;
+  }
+  int PushHeader();
+  int OnHeadersComplete();
+  int OnRequestHeadersComplete();
+  int OnResponseHeadersComplete();
+  int OnMessageComplete();
+  size_t Feed(const char* data, size_t len);
+  size_t Execute(const char* data, size_t len);
+  void FailFromLlhttp(llhttp_errno_t err);
+
+  llhttp_type_t type;
+  uint64_t max_body;
+  uint64_t max_header_bytes;
+  llhttp_t parser{};
+  llhttp_settings_t settings{};
+
+  bool head_request = false;  // responses: the request was HEAD
+  bool started = false;
+  bool headers_complete = false;
+  bool message_complete = false;
+  bool interim = false;  // responses: the current message is a 1xx to skip
+  bool keep_alive = false;
+  ParseError error = ParseError::kNone;
+  std::string detail;
+
+  HeaderSectionScanner scanner;
+  uint64_t header_bytes = 0;
+  std::string field;
+  std::string value;
+  std::string method;
+  std::string target;
+  std::string reason;
+  Headers headers;
+  std::string body;
+};
+
+Engine* Of(llhttp_t* p) { return static_cast<Engine*>(p->data); }
+
+void Engine::InitSettings() {
+  llhttp_settings_init(&settings);
+  settings.on_message_begin = [](llhttp_t* p) {
+    Of(p)->started = true;
+    return 0;
+  };
+  settings.on_method = [](llhttp_t* p, const char* at, size_t n) {
+    Of(p)->method.append(at, n);
+    return Of(p)->CountHeaderBytes(n);
+  };
+  settings.on_url = [](llhttp_t* p, const char* at, size_t n) {
+    Of(p)->target.append(at, n);
+    return Of(p)->CountHeaderBytes(n);
+  };
+  settings.on_version = [](llhttp_t* p, const char*, size_t n) {
+    return Of(p)->CountHeaderBytes(n);
+  };
+  settings.on_status = [](llhttp_t* p, const char* at, size_t n) {
+    Of(p)->reason.append(at, n);
+    return Of(p)->CountHeaderBytes(n);
+  };
+  // After the headers, fields and values are trailers: counted against the limit, not kept.
+  settings.on_header_field = [](llhttp_t* p, const char* at, size_t n) {
+    if (!Of(p)->headers_complete) Of(p)->field.append(at, n);
+    return Of(p)->CountHeaderBytes(n);
+  };
+  settings.on_header_value = [](llhttp_t* p, const char* at, size_t n) {
+    if (!Of(p)->headers_complete) Of(p)->value.append(at, n);
+    return Of(p)->CountHeaderBytes(n);
+  };
+  settings.on_header_value_complete = [](llhttp_t* p) { return Of(p)->PushHeader(); };
+  settings.on_headers_complete = [](llhttp_t* p) { return Of(p)->OnHeadersComplete(); };
+  settings.on_chunk_header = [](llhttp_t* p) {
+    Engine* e = Of(p);
+    if (e->body.size() + p->content_length > e->max_body) {
+      return e->Fail(ParseError::kBodyTooLarge, "The chunked body exceeds the limit of " +
+                                                    std::to_string(e->max_body) + " bytes.");
+    }
+    return 0;
+  };
+  settings.on_body = [](llhttp_t* p, const char* at, size_t n) {
+    Engine* e = Of(p);
+    if (e->body.size() + n > e->max_body) {
+      return e->Fail(ParseError::kBodyTooLarge,
+                     "The body exceeds the limit of " + std::to_string(e->max_body) + " bytes.");
+    }
+    e->body.append(at, n);
+    return 0;
+  };
+  settings.on_message_complete = [](llhttp_t* p) { return Of(p)->OnMessageComplete(); };
+}
+
+// Keeps one field (trailers are dropped): the name must be a token, the value loses its
+// trailing whitespace (llhttp strips only the leading one).
+int Engine::PushHeader() {
+  if (headers_complete) {
+    field.clear();
+    value.clear();
+    return 0;
+  }
+  if (!IsToken(field)) {
+    return Fail(ParseError::kMalformed, "The header name \"" + field.substr(0, 64) +
+                                            "\" is not a valid token.");
+  }
+  std::string_view trimmed = TrimOws(value);
+  headers.push_back(Header{std::move(field), std::string(trimmed)});
+  field.clear();
+  value.clear();
+  return 0;
+}
+
+int Engine::OnHeadersComplete() {
+  if (!field.empty() && PushHeader() != 0) return -1;
+  headers_complete = true;
+  if (parser.http_major != 1 || parser.http_minor > 1) {
+    return Fail(ParseError::kMalformed, "Only HTTP/1.0 and HTTP/1.1 are supported.");
+  }
+  return type == HTTP_REQUEST ? OnRequestHeadersComplete() : OnResponseHeadersComplete();
+}
+
+int Engine::OnRequestHeadersComplete() {
+  if (parser.method == HTTP_CONNECT) {
+    return Fail(ParseError::kMalformed, "CONNECT is not supported: the gateway does not tunnel.");
+  }
+  // An Upgrade offer (e.g. h2c) is declined by ignoring it: the request is served as HTTP/1.1
+  // and the Upgrade header, being hop-by-hop, is not forwarded.
+  parser.upgrade = 0;
+  if ((parser.flags & F_TRANSFER_ENCODING) && !TransferEncodingIsPlainChunked(headers)) {
+    return Fail(ParseError::kMalformed,
+                "Transfer-Encoding in a request must be exactly \"chunked\".");
+  }
+  if ((parser.flags & F_CONTENT_LENGTH) && parser.content_length > max_body) {
+    return Fail(ParseError::kBodyTooLarge, "The Content-Length " +
+                                               std::to_string(parser.content_length) +
+                                               " exceeds the limit of " +
+                                               std::to_string(max_body) + " bytes.");
+  }
+  return 0;
+}
+
+int Engine::OnResponseHeadersComplete() {
+  const int status = parser.status_code;
+  if (status == 101) {
+    return Fail(ParseError::kMalformed,
+                "The upstream switched protocols (101), which the gateway does not support.");
+  }
+  if (status >= 100 && status < 200) {
+    interim = true;  // 100, 102, 103...: skipped; the final response follows
+    return 0;
+  }
+  if (head_request) return 1;  // a response to HEAD has no body, whatever it announces
+  if ((parser.flags & F_CONTENT_LENGTH) && parser.content_length > max_body) {
+    return Fail(ParseError::kBodyTooLarge, "The upstream's Content-Length " +
+                                               std::to_string(parser.content_length) +
+                                               " exceeds the limit of " +
+                                               std::to_string(max_body) + " bytes.");
+  }
+  return 0;
+}
+
+int Engine::OnMessageComplete() {
+  if (interim) {
+    ResetMessage();  // forget the 1xx and keep parsing the same stream
+    started = true;
+    return 0;
+  }
+  keep_alive = llhttp_should_keep_alive(&parser) != 0;
+  message_complete = true;
+  return HPE_PAUSED;
+}
+
+void Engine::FailFromLlhttp(llhttp_errno_t err) {
+  const char* why = llhttp_get_error_reason(&parser);
+  std::string text = type == HTTP_REQUEST ? "The request is not valid HTTP/1.1"
+                                          : "The upstream response is not valid HTTP/1.1";
+  if (why != nullptr && *why != '\0') text.append(": ").append(why);
+  text.append(".");
+  Fail(ParseError::kMalformed, std::move(text));
+  (void)err;
+}
+
+// One llhttp_execute over bytes that lie within one header section or after it.
+size_t Engine::Execute(const char* data, size_t len) {
+  llhttp_errno_t err = llhttp_execute(&parser, data, len);
+  if (err == HPE_OK) return len;
+  const char* pos = llhttp_get_error_pos(&parser);
+  size_t used = (pos != nullptr && pos >= data && pos <= data + len) ? pos - data : len;
+  if (err == HPE_PAUSED && message_complete) return used;
+  // A callback that failed has already recorded why; otherwise llhttp rejected the bytes.
+  if (error == ParseError::kNone) FailFromLlhttp(err);
+  return used;
+}
+
+size_t Engine::Feed(const char* data, size_t len) {
+  size_t total = 0;
+  while (total < len && error == ParseError::kNone && !message_complete) {
+    size_t chunk = len - total;
+    if (!scanner.done()) {
+      chunk = scanner.Scan(data + total, chunk);
+      if (scanner.error() != nullptr) {
+        // Let llhttp see the good bytes first, so a size limit hit there still wins.
+        total += Execute(data + total, chunk);
+        Fail(ParseError::kMalformed, std::string("The ") +
+                                         (type == HTTP_REQUEST ? "request" : "upstream response") +
+                                         " is not valid HTTP/1.1: " + scanner.error() + ".");
+        return total;
+      }
+    }
+    size_t used = Execute(data + total, chunk);
+    total += used;
+    if (used < chunk) break;
+  }
+  return total;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct RequestParser::Impl {
+  Impl(uint64_t max_body, uint64_t max_header_bytes)
+      : engine(HTTP_REQUEST, max_body, max_header_bytes) {}
+  Engine engine;
+  Request request;  // filled at headers complete and at message complete
+  void Sync() {
+    request.method = engine.method;
+    if (request.method.empty()) {
+      request.method = llhttp_method_name(static_cast<llhttp_method_t>(engine.parser.method));
+    }
+    request.target = engine.target;
+    request.http_major = engine.parser.http_major;
+    request.http_minor = engine.parser.http_minor;
+    request.headers = engine.headers;
+    const std::string* expect = FindHeader(request.headers, "Expect");
+    request.expect_continue = expect != nullptr && HeaderNameEquals(*expect, "100-continue");
+    request.chunked = (engine.parser.flags & F_CHUNKED) != 0;
+  }
+};
+
+RequestParser::RequestParser(uint64_t max_body, uint64_t max_header_bytes)
+    : impl_(std::make_unique<Impl>(max_body, max_header_bytes)) {}
+RequestParser::~RequestParser() = default;
+
+size_t RequestParser::Feed(const char* data, size_t len) {
+  Engine& e = impl_->engine;
+  const bool had_headers = e.headers_complete;
+  size_t used = e.Feed(data, len);
+  if (!had_headers && e.headers_complete) impl_->Sync();
+  if (e.message_complete) {
+    impl_->request.body = e.body;
+    impl_->request.keep_alive = e.keep_alive;
+  }
+  return used;
+}
+
+bool RequestParser::started() const { return impl_->engine.started; }
+bool RequestParser::headers_complete() const { return impl_->engine.headers_complete; }
+bool RequestParser::message_complete() const { return impl_->engine.message_complete; }
+ParseError RequestParser::error() const { return impl_->engine.error; }
+const std::string& RequestParser::error_detail() const { return impl_->engine.detail; }
+const Request& RequestParser::request() const { return impl_->request; }
+
+Request RequestParser::TakeRequest() {
+  Request out = std::move(impl_->request);
+  impl_->request = Request{};
+  Engine& e = impl_->engine;
+  e.ResetMessage();
+  if (llhttp_get_errno(&e.parser) == HPE_PAUSED) llhttp_resume(&e.parser);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct ResponseParser::Impl {
+  Impl(uint64_t max_body, uint64_t max_header_bytes)
+      : engine(HTTP_RESPONSE, max_body, max_header_bytes) {}
+  Engine engine;
+};
+
+ResponseParser::ResponseParser(uint64_t max_body, uint64_t max_header_bytes)
+    : impl_(std::make_unique<Impl>(max_body, max_header_bytes)) {}
+ResponseParser::~ResponseParser() = default;
+
+void ResponseParser::Begin(bool head_request) {
+  // One response per request on an upstream connection: each starts from a clean parser.
+  impl_->engine.Reinit();
+  impl_->engine.head_request = head_request;
+}
+
+size_t ResponseParser::Feed(const char* data, size_t len) { return impl_->engine.Feed(data, len); }
+
+void ResponseParser::FeedEof() {
+  Engine& e = impl_->engine;
+  if (e.error != ParseError::kNone || e.message_complete) return;
+  if (!e.started) {
+    e.Fail(ParseError::kMalformed, "The upstream closed the connection without a response.");
+    return;
+  }
+  llhttp_errno_t err = llhttp_finish(&e.parser);
+  if (e.message_complete) return;  // a close-delimited body ended here
+  if (e.error == ParseError::kNone) {
+    if (err != HPE_OK && err != HPE_PAUSED) {
+      e.FailFromLlhttp(err);
+      e.detail = "The upstream closed the connection in the middle of its response.";
+    } else {
+      e.Fail(ParseError::kMalformed,
+             "The upstream closed the connection in the middle of its response.");
+    }
+  }
+}
+
+bool ResponseParser::started() const { return impl_->engine.started; }
+bool ResponseParser::message_complete() const { return impl_->engine.message_complete; }
+ParseError ResponseParser::error() const { return impl_->engine.error; }
+const std::string& ResponseParser::error_detail() const { return impl_->engine.detail; }
+
+Response ResponseParser::TakeResponse() {
+  Engine& e = impl_->engine;
+  Response out;
+  out.status = e.parser.status_code;
+  out.reason = std::move(e.reason);
+  out.http_minor = e.parser.http_minor;
+  out.headers = std::move(e.headers);
+  out.body = std::move(e.body);
+  out.keep_alive = e.keep_alive;
+  e.ResetMessage();
+  return out;
+}
+
+}  // namespace idemgate
