@@ -10,6 +10,8 @@
 #include <cctype>
 #include <ctime>
 
+#include "tests/support/http_text.h"
+
 namespace idemgate::test {
 namespace {
 
@@ -39,17 +41,6 @@ std::string RequestBody(evhttp_request* req) {
   std::string body(len, '\0');
   if (len > 0) evbuffer_copyout(in, body.data(), len);
   return body;
-}
-
-const char* ReasonFor(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    default: return "Unknown";
-  }
 }
 
 size_t SkipSpaces(std::string_view s, size_t i) {
@@ -218,7 +209,7 @@ void DemoApi::Reply(evhttp_request* req, int status, const std::string& body,
   if (!location.empty()) evhttp_add_header(headers, "Location", location.c_str());
   evbuffer* out = evbuffer_new();
   evbuffer_add(out, body.data(), body.size());
-  evhttp_send_reply(req, status, ReasonFor(status), out);
+  evhttp_send_reply(req, status, ReasonPhrase(status), out);
   evbuffer_free(out);
 }
 
