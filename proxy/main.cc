@@ -1,2 +1,162 @@
-// placeholder
-int main() { return 1; }
+// idemgate: argv -> config -> store -> loops -> run -> clean shutdown.
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conf/config.h"
+#include "proxy/event_util.h"
+#include "proxy/gateway.h"
+#include "proxy/worker.h"
+#include "store/rocks_store.h"
+
+#ifndef IDEMGATE_VERSION
+#define IDEMGATE_VERSION "dev"
+#endif
+
+namespace idemgate {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: idemgate --config FILE          run the gateway\n"
+    "       idemgate --check-config --config FILE   validate the configuration and exit\n"
+    "       idemgate --version | --help\n";
+
+struct Args {
+  std::string config_path;
+  bool check_only = false;
+};
+
+// Returns -1 to go on, or an exit code.
+int ParseArgs(int argc, char** argv, Args* args) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--version") {
+      printf("idemgate %s\n", IDEMGATE_VERSION);
+      return 0;
+    } else if (arg == "--check-config") {
+      args->check_only = true;
+    } else if (arg == "--config" && i + 1 < argc) {
+      args->config_path = argv[++i];
+    } else if (arg.rfind("--config=", 0) == 0) {
+      args->config_path = arg.substr(9);
+    } else {
+      fprintf(stderr, "idemgate: unknown argument '%s'\n%s", arg.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (args->config_path.empty()) {
+    fprintf(stderr, "idemgate: --config FILE is required\n%s", kUsage);
+    return 2;
+  }
+  return -1;
+}
+
+// Runs until SIGTERM/SIGINT; then drains the workers within the grace period.
+class Server {
+ public:
+  explicit Server(std::shared_ptr<const Config> config) { gateway_.config.store(config); }
+
+  bool Open(std::string* error) {
+    const Config& config = *gateway_.Snapshot();
+    std::error_code ec;
+    std::filesystem::create_directories(config.store.path, ec);
+    RocksStoreOptions options;
+    options.path = config.store.path;
+    options.sync = config.store.sync;
+    options.clock = &clock_;
+    store_ = OpenRocksStore(options, error);
+    if (!store_) return false;
+    gateway_.store = store_.get();
+    gateway_.clock = &clock_;
+    return StartWorkers(config, error);
+  }
+
+  void Run() {
+    EventBasePtr base(event_base_new());
+    main_base_ = base.get();
+    EventPtr term(evsignal_new(base.get(), SIGTERM, &Server::OnStop, this));
+    EventPtr intr(evsignal_new(base.get(), SIGINT, &Server::OnStop, this));
+    evsignal_add(term.get(), nullptr);
+    evsignal_add(intr.get(), nullptr);
+    event_base_dispatch(base.get());
+    int64_t grace = gateway_.Snapshot()->server.shutdown_grace_ms;
+    for (auto& worker : workers_) worker->Shutdown(grace);
+    for (auto& worker : workers_) worker->Join();
+    store_->Close();  // after the loops: every queued write is finished first
+    workers_.clear();
+  }
+
+ private:
+  bool StartWorkers(const Config& config, std::string* error) {
+    int count = config.server.workers > 0 ? config.server.workers
+                                          : static_cast<int>(std::thread::hardware_concurrency());
+    if (count <= 0) count = 1;
+    uint16_t port = config.listen.addr.port;
+    for (int i = 0; i < count; ++i) {
+      auto worker = std::make_unique<Worker>(i, &gateway_);
+      if (!worker->Init(error) || !worker->Listen(config.listen.addr, &port, error)) return false;
+      workers_.push_back(std::move(worker));
+    }
+    for (auto& worker : workers_) worker->Start();
+    printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
+    fflush(stdout);
+    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s (sync=%s)\n",
+            IDEMGATE_VERSION, count, config.upstream.url.c_str(), config.store.path.c_str(),
+            config.store.sync ? "true" : "false");
+    return true;
+  }
+
+  static void OnStop(evutil_socket_t, short, void* arg) {
+    auto* self = static_cast<Server*>(arg);
+    fprintf(stderr, "idemgate: shutting down\n");
+    event_base_loopbreak(self->main_base_);
+  }
+
+  SystemClock clock_;
+  Gateway gateway_;
+  std::unique_ptr<Store> store_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  event_base* main_base_ = nullptr;
+};
+
+int Main(int argc, char** argv) {
+  Args args;
+  if (int rc = ParseArgs(argc, argv, &args); rc >= 0) return rc;
+  ConfigResult loaded = LoadConfig(args.config_path);
+  if (!loaded.ok()) {
+    fprintf(stderr, "idemgate: %s\n", loaded.error.c_str());
+    return 1;
+  }
+  if (args.check_only) {
+    printf("%s: configuration OK\n", args.config_path.c_str());
+    return 0;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  evthread_use_pthreads();
+  Server server(loaded.config);
+  std::string error;
+  if (!server.Open(&error)) {
+    fprintf(stderr, "idemgate: %s\n", error.c_str());
+    return 1;
+  }
+  server.Run();
+  fprintf(stderr, "idemgate: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace idemgate
+
+int main(int argc, char** argv) { return idemgate::Main(argc, argv); }

@@ -1,1 +1,198 @@
-// placeholder
+// One event-loop thread: accept, own connections and exchanges, run store results posted back.
+#include "proxy/worker.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
+
+namespace idemgate {
+
+namespace {
+
+std::string PeerIp(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf));
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+// A non-blocking listening socket with SO_REUSEPORT, so every worker has its own listener.
+evutil_socket_t BindReusePort(const HostPort& addr, uint16_t port, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port_text = std::to_string(port);
+  const char* host = addr.host.empty() ? nullptr : addr.host.c_str();
+  if (int rc = getaddrinfo(host, port_text.c_str(), &hints, &res); rc != 0) {
+    *error = "cannot resolve listen address '" + addr.host + "': " + gai_strerror(rc);
+    return -1;
+  }
+  evutil_socket_t fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0 &&
+            bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 1024) == 0;
+  freeaddrinfo(res);
+  if (!ok) {
+    *error = "cannot listen on " + addr.host + ":" + port_text + ": " + strerror(errno);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+Worker::Worker(int index, Gateway* gateway) : index_(index), gateway_(gateway) {}
+
+Worker::~Worker() {
+  // Exchanges and connections refer to the loop and the pool: free them first.
+  conns_.clear();
+  exchanges_.clear();
+  dead_conns_.clear();
+  dead_exchanges_.clear();
+  listener_.reset();
+  upstream_.reset();
+  mailbox_ev_.reset();
+  reaper_.reset();
+  base_.reset();
+}
+
+bool Worker::Init(std::string* error) {
+  base_.reset(event_base_new());
+  if (!base_) {
+    *error = "cannot create an event loop";
+    return false;
+  }
+  mailbox_ev_.reset(
+      event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::DrainMailbox>, this));
+  reaper_.reset(event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::Reap>, this));
+  upstream_ = std::make_unique<UpstreamPool>(base_.get(), gateway_->Snapshot()->upstream.addr);
+  if (!upstream_->ok()) {
+    *error = upstream_->error();
+    return false;
+  }
+  return true;
+}
+
+bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* error) {
+  evutil_socket_t fd = BindReusePort(addr, *bound_port, error);
+  if (fd < 0) return false;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  listener_.reset(evconnlistener_new(base_.get(), &Worker::OnAccept, this,
+                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd));
+  if (!listener_) {
+    close(fd);
+    *error = "cannot start the listener";
+    return false;
+  }
+  return true;
+}
+
+void Worker::Start() {
+  thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+}
+
+void Worker::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::Post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mailbox_mu_);
+    mailbox_.push_back(std::move(fn));
+  }
+  event_active(mailbox_ev_.get(), 0, 0);
+}
+
+void Worker::DrainMailbox() {
+  std::vector<std::function<void()>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mailbox_mu_);
+    batch.swap(mailbox_);
+  }
+  for (auto& fn : batch) fn();
+}
+
+void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, void* arg) {
+  auto* self = static_cast<Worker*>(arg);
+  if (self->draining_) {
+    close(fd);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  auto conn = std::make_unique<ClientConn>(self, fd, PeerIp(sa));
+  ClientConn* raw = conn.get();
+  self->conns_.emplace(raw, std::move(conn));
+  raw->Start();
+}
+
+Exchange* Worker::AddExchange(std::unique_ptr<Exchange> exchange) {
+  Exchange* raw = exchange.get();
+  exchanges_.emplace(raw, std::move(exchange));
+  return raw;
+}
+
+void Worker::RemoveExchange(Exchange* exchange) {
+  auto it = exchanges_.find(exchange);
+  if (it == exchanges_.end()) return;
+  dead_exchanges_.push_back(std::move(it->second));
+  exchanges_.erase(it);
+  event_active(reaper_.get(), 0, 0);
+}
+
+void Worker::RemoveConn(ClientConn* conn) {
+  auto it = conns_.find(conn);
+  if (it == conns_.end()) return;
+  dead_conns_.push_back(std::move(it->second));
+  conns_.erase(it);
+  event_active(reaper_.get(), 0, 0);
+}
+
+void Worker::Reap() {
+  dead_conns_.clear();
+  dead_exchanges_.clear();
+  MaybeExit();
+}
+
+void Worker::Shutdown(int64_t grace_ms) {
+  Post([this, grace_ms] {
+    BeginDrain();
+    timeval tv{static_cast<time_t>(grace_ms / 1000),
+               static_cast<suseconds_t>((grace_ms % 1000) * 1000)};
+    event_base_loopexit(base_.get(), &tv);  // the grace period's hard stop
+  });
+}
+
+void Worker::BeginDrain() {
+  draining_ = true;
+  if (listener_) evconnlistener_disable(listener_.get());
+  std::vector<ClientConn*> conns;
+  for (auto& [raw, owned] : conns_) conns.push_back(raw);
+  for (ClientConn* conn : conns) conn->CloseWhenIdle();
+  MaybeExit();
+}
+
+void Worker::MaybeExit() {
+  if (draining_ && conns_.empty() && exchanges_.empty()) event_base_loopexit(base_.get(), nullptr);
+}
+
+}  // namespace idemgate

@@ -1,0 +1,188 @@
+// One client connection: parse requests one at a time, hand each to an Exchange, write answers
+// in order, and close politely (lingering) when the byte stream can no longer be trusted.
+#include "proxy/client_conn.h"
+
+#include <sys/socket.h>
+
+#include "proxy/exchange.h"
+#include "proxy/worker.h"
+
+namespace idemgate {
+
+namespace {
+constexpr size_t kReadHighWater = 256 << 10;  // stop reading while this much waits unparsed
+constexpr int64_t kLingerMs = 2'000;          // read and discard after the last answer
+constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+ErrorCode ToErrorCode(ParseError error) {
+  switch (error) {
+    case ParseError::kBodyTooLarge:
+      return ErrorCode::kRequestTooLarge;
+    case ParseError::kHeadersTooLarge:
+      return ErrorCode::kHeadersTooLarge;
+    default:
+      return ErrorCode::kBadRequest;
+  }
+}
+}  // namespace
+
+ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip)
+    : worker_(worker), peer_ip_(std::move(peer_ip)) {
+  bev_.reset(bufferevent_socket_new(worker->base(), fd, BEV_OPT_CLOSE_ON_FREE));
+}
+
+ClientConn::~ClientConn() {
+  if (exchange_) exchange_->DetachClient();
+}
+
+void ClientConn::Start() {
+  bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
+  bufferevent_setwatermark(bev_.get(), EV_READ, 0, kReadHighWater);
+  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  timer_.Init<ClientConn, &ClientConn::OnTimer>(worker_->base(), this);
+  BeginIdle();
+}
+
+void ClientConn::ReadCb(bufferevent*, void* arg) {
+  auto* self = static_cast<ClientConn*>(arg);
+  if (self->state_ == State::kLingering) {
+    evbuffer_drain(bufferevent_get_input(self->bev_.get()), SIZE_MAX);
+    return;
+  }
+  self->ProcessInput();
+}
+
+void ClientConn::WriteCb(bufferevent*, void* arg) {
+  auto* self = static_cast<ClientConn*>(arg);
+  if (self->state_ == State::kWriting) {
+    self->BeginIdle();
+  } else if (self->state_ == State::kClosing) {
+    self->BeginLinger();
+  }
+}
+
+void ClientConn::EventCb(bufferevent*, short what, void* arg) {
+  auto* self = static_cast<ClientConn*>(arg);
+  if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
+    self->read_eof_ = true;
+    // A half-closed client still gets the answer to the request it completed.
+    if (self->state_ == State::kIdle || self->state_ == State::kReading ||
+        self->state_ == State::kLingering) {
+      self->Close();
+    }
+    return;
+  }
+  self->Close();
+}
+
+void ClientConn::BeginIdle() {
+  state_ = State::kIdle;
+  continue_sent_ = false;
+  if (read_eof_ || worker_->draining()) return Close();
+  std::shared_ptr<const Config> config = worker_->gateway().Snapshot();
+  if (config != parser_config_) {
+    parser_ = std::make_unique<RequestParser>(config->limits.max_request_body,
+                                              config->limits.max_header_bytes);
+    parser_config_ = config;
+  }
+  client_timeout_ms_ = config->limits.client_timeout_ms;
+  timer_.Arm(config->limits.idle_timeout_ms);
+  ProcessInput();
+}
+
+void ClientConn::ProcessInput() {
+  if (state_ != State::kIdle && state_ != State::kReading) return;
+  evbuffer* in = bufferevent_get_input(bev_.get());
+  while (evbuffer_get_length(in) > 0 && !parser_->message_complete() &&
+         parser_->error() == ParseError::kNone) {
+    size_t len = evbuffer_get_contiguous_space(in);
+    const char* data = reinterpret_cast<const char*>(evbuffer_pullup(in, len));
+    size_t used = parser_->Feed(data, len);
+    evbuffer_drain(in, used);
+    if (used < len) break;
+  }
+  OnParsed();
+}
+
+void ClientConn::OnParsed() {
+  if (parser_->error() != ParseError::kNone) {
+    return RespondError(ToErrorCode(parser_->error()), parser_->error_detail());
+  }
+  if (parser_->started() && state_ == State::kIdle) {
+    state_ = State::kReading;
+    timer_.Arm(client_timeout_ms_);  // from the request's first byte
+  }
+  if (parser_->message_complete()) return StartExchange();
+  if (parser_->headers_complete() && parser_->request().expect_continue && !continue_sent_) {
+    continue_sent_ = true;
+    bufferevent_write(bev_.get(), kContinue, sizeof(kContinue) - 1);
+  }
+}
+
+void ClientConn::StartExchange() {
+  timer_.Cancel();
+  state_ = State::kExchange;
+  Request request = parser_->TakeRequest();
+  close_after_ = !request.keep_alive || worker_->draining();
+  head_request_ = request.method == "HEAD";
+  exchange_ = worker_->AddExchange(
+      std::make_unique<Exchange>(worker_, this, std::move(request), peer_ip_));
+  exchange_->Start();  // may answer at once (SendResponse)
+}
+
+void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
+  exchange_ = nullptr;
+  if (state_ != State::kExchange) return;
+  bool close = close_after_ || read_eof_ || worker_->draining();
+  std::string bytes = SerializeResponse(response, replayed, close, head_request_);
+  state_ = close ? State::kClosing : State::kWriting;
+  bufferevent_write(bev_.get(), bytes.data(), bytes.size());
+  // WriteCb continues once the answer has left the buffer (back-pressure for pipelining).
+}
+
+void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
+  timer_.Cancel();
+  std::string bytes = SerializeResponse(MakeErrorResponse(code, detail), false, true, false);
+  state_ = State::kClosing;
+  bufferevent_write(bev_.get(), bytes.data(), bytes.size());
+}
+
+// After the last answer: half-close, then read and discard for a while, so the client sees
+// the answer rather than a reset caused by its own unread bytes.
+void ClientConn::BeginLinger() {
+  state_ = State::kLingering;
+  shutdown(bufferevent_getfd(bev_.get()), SHUT_WR);
+  evbuffer_drain(bufferevent_get_input(bev_.get()), SIZE_MAX);
+  timer_.Arm(kLingerMs);
+}
+
+void ClientConn::OnTimer() {
+  switch (state_) {
+    case State::kReading:
+      return RespondError(ErrorCode::kRequestTimeout, "");
+    case State::kIdle:
+    case State::kLingering:
+      return Close();
+    default:
+      return;
+  }
+}
+
+void ClientConn::CloseWhenIdle() {
+  if (state_ == State::kIdle) return Close();
+  close_after_ = true;
+}
+
+void ClientConn::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (exchange_) {
+    exchange_->DetachClient();
+    exchange_ = nullptr;
+  }
+  timer_.Cancel();
+  bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
+  worker_->RemoveConn(this);
+}
+
+}  // namespace idemgate

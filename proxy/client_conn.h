@@ -1,0 +1,68 @@
+// One client connection: read -> parse -> Exchange -> write, keep-alive and pipelining in
+// order, 100-continue, client and idle timeouts.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "conf/config.h"
+#include "proxy/errors.h"
+#include "proxy/event_util.h"
+#include "proxy/http_parser.h"
+
+namespace idemgate {
+
+class Exchange;
+class Worker;
+
+class ClientConn {
+ public:
+  ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip);
+  ~ClientConn();
+  void Start();
+
+  // The exchange's answer. After it is written the connection reads the next request, or
+  // closes when the client or the gateway asked for that.
+  void SendResponse(const StoredResponse& response, bool replayed);
+  // Shutdown: close now when nothing is in progress; otherwise after the current answer.
+  void CloseWhenIdle();
+
+ private:
+  enum class State {
+    kIdle,      // waiting for the first byte of a request (idle timer armed)
+    kReading,   // a request has begun (client timer armed)
+    kExchange,  // a complete request is being handled; input waits in the buffer
+    kWriting,   // the answer is being written; then the next request is read
+    kClosing,   // the last answer is being written; then the connection lingers
+    kLingering, // half-closed: discarding input until EOF or a short timeout
+  };
+
+  static void ReadCb(bufferevent*, void* arg);
+  static void WriteCb(bufferevent*, void* arg);
+  static void EventCb(bufferevent*, short what, void* arg);
+  void ProcessInput();
+  void OnParsed();
+  void StartExchange();
+  void RespondError(ErrorCode code, const std::string& detail);
+  void OnTimer();
+  void Close();
+  void BeginIdle();
+  void BeginLinger();
+
+  Worker* worker_;
+  BufferEventPtr bev_;
+  std::string peer_ip_;
+  std::unique_ptr<RequestParser> parser_;
+  std::shared_ptr<const Config> parser_config_;  // the config the parser's limits came from
+  int64_t client_timeout_ms_ = 0;
+  Timer timer_;
+  State state_ = State::kIdle;
+  Exchange* exchange_ = nullptr;
+  bool continue_sent_ = false;
+  bool close_after_ = false;   // answer with Connection: close, then close
+  bool head_request_ = false;  // the exchange in progress is a HEAD
+  bool read_eof_ = false;      // the client half-closed
+  bool closed_ = false;
+};
+
+}  // namespace idemgate

@@ -1,0 +1,223 @@
+// The life of one request (see exchange.h and README "Life of a request").
+#include "proxy/exchange.h"
+
+#include "proxy/client_conn.h"
+#include "proxy/worker.h"
+
+namespace idemgate {
+
+namespace {
+using Steady = std::chrono::steady_clock;
+
+int64_t MicrosSince(Steady::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Steady::now() - start).count();
+}
+}  // namespace
+
+const char* OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kPassthrough:
+      return "passthrough";
+    case Outcome::kFresh:
+      return "fresh";
+    case Outcome::kTakeover:
+      return "takeover";
+    case Outcome::kReplay:
+      return "replay";
+    case Outcome::kInFlight:
+      return "in_flight";
+    case Outcome::kMismatch:
+      return "mismatch";
+    case Outcome::kRejected:
+      return "rejected";
+  }
+  return "unknown";
+}
+
+Exchange::Exchange(Worker* worker, ClientConn* conn, Request request, std::string client_ip)
+    : worker_(worker),
+      conn_(conn),
+      config_(worker->gateway().Snapshot()),
+      request_(std::move(request)),
+      client_ip_(std::move(client_ip)),
+      started_(Steady::now()) {}
+
+Exchange::~Exchange() = default;
+
+template <typename Fn>
+void Exchange::OnLoop(Fn fn) {
+  worker_->Post(std::move(fn));
+}
+
+void Exchange::Start() {
+  guard_ = EvaluateGuard(*config_, request_);
+  switch (guard_.kind) {
+    case GuardKind::kPassthrough:
+      outcome_ = Outcome::kPassthrough;
+      return Forward();
+    case GuardKind::kReject:
+      outcome_ = Outcome::kRejected;
+      return RespondError(guard_.error, guard_.detail);
+    case GuardKind::kGuarded:
+      if (!FastPath()) Claim();
+      return;
+  }
+}
+
+// A read that never waits for the writer: completed records never change until they expire,
+// and a live lease or a different fingerprint is answered the same way Claim would.
+bool Exchange::FastPath() {
+  LookupResult found = worker_->gateway().store->Lookup(guard_.scope, guard_.key);
+  if (found.outcome != LookupOutcome::kFound) return false;
+  const Record& record = found.record;
+  if (record.fingerprint != guard_.fingerprint) {
+    outcome_ = Outcome::kMismatch;
+    RespondMismatch(record.fingerprint);
+    return true;
+  }
+  if (record.state == RecordState::kCompleted) {
+    outcome_ = Outcome::kReplay;
+    Respond(record.response, true);
+    return true;
+  }
+  TimeMs now = worker_->gateway().clock->NowMs();
+  if (now < record.lease_until_ms) {
+    outcome_ = Outcome::kInFlight;
+    RespondInUse((record.lease_until_ms - now + 999) / 1000);
+    return true;
+  }
+  return false;  // an expired lease: Claim decides the takeover atomically
+}
+
+void Exchange::Claim() {
+  ClaimRequest claim;
+  claim.scope = guard_.scope;
+  claim.key = guard_.key;
+  claim.fingerprint = guard_.fingerprint;
+  claim.lease_ms = config_->idempotency.lease_ms;
+  claim.ttl_ms = config_->idempotency.ttl_ms;
+  worker_->gateway().store->Claim(std::move(claim), [this](ClaimResult result) {
+    OnLoop([this, result = std::move(result)]() mutable { OnClaim(std::move(result)); });
+  });
+}
+
+void Exchange::OnClaim(ClaimResult result) {
+  if (!result.status.ok()) {
+    outcome_ = Outcome::kRejected;
+    return RespondError(ErrorCode::kStoreUnavailable);
+  }
+  switch (result.outcome) {
+    case ClaimOutcome::kFresh:
+    case ClaimOutcome::kTakeover:
+      outcome_ = result.outcome == ClaimOutcome::kFresh ? Outcome::kFresh : Outcome::kTakeover;
+      token_ = std::move(result.token);
+      return Forward();
+    case ClaimOutcome::kReplay:
+      outcome_ = Outcome::kReplay;
+      return Respond(result.record.response, true);
+    case ClaimOutcome::kInFlight:
+      outcome_ = Outcome::kInFlight;
+      return RespondInUse(result.retry_after_s);
+    case ClaimOutcome::kMismatch:
+      outcome_ = Outcome::kMismatch;
+      return RespondMismatch(result.record.fingerprint);
+  }
+}
+
+void Exchange::Forward() {
+  upstream_started_ = Steady::now();
+  UpstreamLimits limits;
+  limits.connect_timeout_ms = config_->upstream.connect_timeout_ms;
+  limits.response_timeout_ms = config_->upstream.response_timeout_ms;
+  limits.max_response_body = config_->limits.max_response_body;
+  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, "http");
+  worker_->upstream().Send(std::move(bytes), request_.method == "HEAD", limits,
+                           [this](UpstreamResult result) { OnUpstream(std::move(result)); });
+}
+
+void Exchange::OnUpstream(UpstreamResult result) {
+  upstream_us_ = MicrosSince(upstream_started_);
+  bool guarded = outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover;
+  StoredResponse response;
+  switch (result.error) {
+    case UpstreamError::kNone:
+      response = ToStoredResponse(result.response);
+      break;
+    case UpstreamError::kUnavailable:  // nothing went upstream: nothing to store (R3)
+      upstream_error_ = result.detail;
+      if (guarded) return Release(ErrorCode::kUpstreamUnavailable, result.detail);
+      return RespondError(ErrorCode::kUpstreamUnavailable);
+    case UpstreamError::kFailed:
+    case UpstreamError::kTooLarge:  // indeterminate: stored as the result (R4)
+      upstream_error_ = result.detail;
+      response = MakeErrorResponse(ErrorCode::kUpstreamFailed);
+      break;
+    case UpstreamError::kTimeout:
+      upstream_error_ = result.detail;
+      response = MakeErrorResponse(ErrorCode::kUpstreamTimeout);
+      break;
+  }
+  if (guarded) return CompleteWith(std::move(response));
+  Respond(response, false);
+}
+
+void Exchange::CompleteWith(StoredResponse response) {
+  pending_ = std::move(response);
+  worker_->gateway().store->Complete(token_, pending_, [this](StoreStatus status) {
+    OnLoop([this, status = std::move(status)]() { OnComplete(status); });
+  });
+}
+
+void Exchange::OnComplete(const StoreStatus& status) {
+  if (status.ok()) return Respond(pending_, false);
+  if (status.code == StoreCode::kStaleClaim) {
+    // C3: this attempt was taken over; only the new owner's result may leave the gateway.
+    outcome_ = Outcome::kInFlight;
+    return RespondInUse(1);
+  }
+  RespondError(ErrorCode::kStoreUnavailable);
+}
+
+void Exchange::Release(ErrorCode code, const std::string& detail) {
+  worker_->gateway().store->Release(token_, [this, code](StoreStatus) {
+    OnLoop([this, code]() { RespondError(code); });
+  });
+}
+
+void Exchange::RespondInUse(int64_t retry_after_s) {
+  StoredResponse response = MakeErrorResponse(ErrorCode::kIdempotencyKeyInUse);
+  response.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, retry_after_s)));
+  Respond(response, false);
+}
+
+void Exchange::RespondMismatch(const Fingerprint& stored) {
+  std::string detail = config_->idempotency.header + " \"" + guard_.key +
+                       "\" was already used for a different request (fingerprint " +
+                       FingerprintPrefix(stored) + ", got " +
+                       FingerprintPrefix(guard_.fingerprint) + ")";
+  Respond(MakeErrorResponse(ErrorCode::kIdempotencyKeyReused, detail), false);
+}
+
+void Exchange::RespondError(ErrorCode code, const std::string& detail) {
+  StoredResponse response = MakeErrorResponse(code, detail);
+  if (code == ErrorCode::kMissingCredentials) {
+    response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"idemgate\"");
+  }
+  Respond(response, false);
+}
+
+void Exchange::Respond(const StoredResponse& response, bool replayed) {
+  status_ = response.status;
+  bytes_out_ = response.body.size();
+  if (conn_) conn_->SendResponse(response, replayed);
+  conn_ = nullptr;
+  Finish();
+}
+
+void Exchange::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  worker_->RemoveExchange(this);
+}
+
+}  // namespace idemgate

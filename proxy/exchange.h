@@ -1,0 +1,78 @@
+// The life of one request, as named phases: Route -> Guard -> FastReplay -> Claim -> Forward ->
+// Complete -> Respond -> Finish. An exchange outlives its client connection: once a request
+// went upstream its result is stored even if the client has gone.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "proxy/guard.h"
+#include "proxy/http_message.h"
+#include "proxy/upstream.h"
+#include "store/store.h"
+
+namespace idemgate {
+
+class ClientConn;
+class Worker;
+
+// How an exchange ended, for the access log and metrics.
+enum class Outcome {
+  kPassthrough,  // not guarded, proxied straight through
+  kFresh,        // first execution of a key
+  kTakeover,     // re-execution after an expired lease
+  kReplay,       // the stored response, replayed
+  kInFlight,     // 409: another attempt owns the key
+  kMismatch,     // 422: the key was used for a different request
+  kRejected,     // the gateway answered an error before anything went upstream
+};
+const char* OutcomeName(Outcome outcome);
+
+class Exchange {
+ public:
+  Exchange(Worker* worker, ClientConn* conn, Request request, std::string client_ip);
+  ~Exchange();
+  void Start();
+  // The client connection is gone; the exchange still runs to its end, storing its result.
+  void DetachClient() { conn_ = nullptr; }
+
+ private:
+  void Guard();
+  bool FastPath();
+  void Claim();
+  void OnClaim(ClaimResult result);
+  void Forward();
+  void OnUpstream(UpstreamResult result);
+  void CompleteWith(StoredResponse response);
+  void OnComplete(const StoreStatus& status);
+  void Release(ErrorCode code, const std::string& detail);
+  void RespondInUse(int64_t retry_after_s);
+  void RespondMismatch(const Fingerprint& stored);
+  void RespondError(ErrorCode code, const std::string& detail = {});
+  void Respond(const StoredResponse& response, bool replayed);
+  void Finish();
+
+  // Posts a store result back onto this exchange's loop.
+  template <typename Fn>
+  void OnLoop(Fn fn);
+
+  Worker* worker_;
+  ClientConn* conn_;
+  std::shared_ptr<const Config> config_;
+  Request request_;
+  std::string client_ip_;
+  GuardDecision guard_;
+  ClaimToken token_;
+  StoredResponse pending_;  // the result being made durable by Complete
+  Outcome outcome_ = Outcome::kPassthrough;
+  int status_ = 0;
+  std::string upstream_error_;  // why the upstream failed, for the log
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point upstream_started_;
+  int64_t upstream_us_ = -1;
+  size_t bytes_out_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace idemgate

@@ -1,0 +1,27 @@
+// What every worker loop shares: the current config, the store, the clock, the access log.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "conf/config.h"
+#include "store/clock.h"
+#include "store/store.h"
+
+namespace idemgate {
+
+class AccessLog;
+class Metrics;
+
+struct Gateway {
+  // Swapped whole on reload; an exchange keeps the snapshot it started with.
+  std::atomic<std::shared_ptr<const Config>> config;
+  Store* store = nullptr;
+  const Clock* clock = nullptr;
+  AccessLog* access_log = nullptr;  // may be null (off)
+  Metrics* metrics = nullptr;       // may be null
+
+  std::shared_ptr<const Config> Snapshot() const { return config.load(); }
+};
+
+}  // namespace idemgate

@@ -1,0 +1,254 @@
+// Connection pool to the origin: one UpstreamConn per TCP connection, reused while keep-alive.
+#include "proxy/upstream.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "proxy/http_parser.h"
+
+namespace idemgate {
+
+namespace {
+constexpr size_t kMaxIdle = 256;
+}  // namespace
+
+// One connection to the origin. Busy with at most one call at a time.
+class UpstreamConn {
+ public:
+  explicit UpstreamConn(UpstreamPool* pool) : pool_(pool) {}
+
+  // Starts connecting; the call begins once connected.
+  bool Connect() {
+    bev_.reset(bufferevent_socket_new(pool_->base(), -1, BEV_OPT_CLOSE_ON_FREE));
+    if (!bev_) return false;
+    SetCallbacks();
+    connecting_ = true;
+    bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(bev_.get(), pool_->addr(), static_cast<int>(pool_->addr_len())) <
+        0) {
+      return false;
+    }
+    evutil_socket_t fd = bufferevent_getfd(bev_.get());
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return true;
+  }
+
+  // An idle pooled connection whose peer already closed cannot be used: checked before reuse.
+  bool StillOpen() const {
+    char byte;
+    ssize_t n = recv(bufferevent_getfd(bev_.get()), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
+  void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done) {
+    request_ = std::move(request);
+    limits_ = limits;
+    done_ = std::move(done);
+    if (!parser_ || parser_max_ != limits.max_response_body) {
+      parser_ = std::make_unique<ResponseParser>(limits.max_response_body);
+      parser_max_ = limits.max_response_body;
+    }
+    parser_->Begin(head);
+    timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
+    if (connecting_) {
+      timer_.Arm(limits.connect_timeout_ms);
+    } else {
+      SendRequest();
+    }
+  }
+
+ private:
+  static void ReadCb(bufferevent*, void* arg) { static_cast<UpstreamConn*>(arg)->OnRead(); }
+  static void EventCb(bufferevent*, short what, void* arg) {
+    static_cast<UpstreamConn*>(arg)->OnEvent(what);
+  }
+  void SetCallbacks() { bufferevent_setcb(bev_.get(), ReadCb, nullptr, EventCb, this); }
+
+  void SendRequest() {
+    timer_.Arm(limits_.response_timeout_ms);
+    bufferevent_write(bev_.get(), request_.data(), request_.size());
+    request_.clear();
+    request_.shrink_to_fit();
+  }
+
+  void OnRead() {
+    evbuffer* in = bufferevent_get_input(bev_.get());
+    if (!done_) {  // bytes while idle: the peer broke protocol; drop the connection
+      Die();
+      return;
+    }
+    while (evbuffer_get_length(in) > 0 && !parser_->message_complete() &&
+           parser_->error() == ParseError::kNone) {
+      size_t len = evbuffer_get_contiguous_space(in);
+      const char* data = reinterpret_cast<const char*>(evbuffer_pullup(in, len));
+      size_t used = parser_->Feed(data, len);
+      evbuffer_drain(in, used);
+      if (used < len) break;
+    }
+    Progress(evbuffer_get_length(in) > 0);
+  }
+
+  // Acts on the parser's state after new bytes or EOF.
+  void Progress(bool leftover) {
+    if (parser_->error() == ParseError::kBodyTooLarge) {
+      return Fail(UpstreamError::kTooLarge, parser_->error_detail());
+    }
+    if (parser_->error() != ParseError::kNone) {
+      return Fail(UpstreamError::kFailed, "malformed response: " + parser_->error_detail());
+    }
+    if (!parser_->message_complete()) return;
+    UpstreamResult result;
+    result.response = parser_->TakeResponse();
+    bool reusable = result.response.keep_alive && !leftover && !eof_;
+    Finish(std::move(result), reusable);
+  }
+
+  void OnEvent(short what) {
+    if (what & BEV_EVENT_CONNECTED) {
+      connecting_ = false;
+      timer_.Cancel();
+      if (done_) SendRequest();
+      return;
+    }
+    if (!done_) return Die();  // idle connection closed or failed
+    if (connecting_) {
+      return Fail(UpstreamError::kUnavailable,
+                  std::string("connect failed: ") + strerror(EVUTIL_SOCKET_ERROR()));
+    }
+    if (what & BEV_EVENT_EOF) {
+      eof_ = true;
+      OnRead();  // anything still buffered
+      if (!done_) return;
+      parser_->FeedEof();
+      if (parser_->message_complete() || parser_->error() != ParseError::kNone) {
+        return Progress(false);
+      }
+      return Fail(UpstreamError::kFailed, "upstream closed the connection before responding");
+    }
+    Fail(UpstreamError::kFailed,
+         std::string("upstream connection error: ") + strerror(EVUTIL_SOCKET_ERROR()));
+  }
+
+  void OnTimeout() {
+    if (connecting_) return Fail(UpstreamError::kUnavailable, "connect timeout");
+    Fail(UpstreamError::kTimeout, "no complete response within upstream.response_timeout");
+  }
+
+  void Fail(UpstreamError error, std::string detail) {
+    UpstreamResult result;
+    result.error = error;
+    result.detail = std::move(detail);
+    Finish(std::move(result), false);
+  }
+
+  void Finish(UpstreamResult result, bool reusable) {
+    timer_.Cancel();
+    UpstreamCallback done = std::move(done_);
+    done_ = nullptr;
+    if (reusable) {
+      pool_->OnConnIdle(this);
+    } else {
+      Die();
+    }
+    done(std::move(result));
+  }
+
+  void Die() {
+    if (bev_) bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
+    pool_->OnConnDead(this);
+  }
+
+  UpstreamPool* pool_;
+  BufferEventPtr bev_;
+  std::unique_ptr<ResponseParser> parser_;
+  uint64_t parser_max_ = 0;
+  Timer timer_;
+  std::string request_;
+  bool connecting_ = false;
+  bool eof_ = false;
+  UpstreamLimits limits_;
+  UpstreamCallback done_;
+};
+
+UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream) : base_(base) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(upstream.port);
+  int rc = getaddrinfo(upstream.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    error_ = "cannot resolve upstream host '" + upstream.host + "': " + gai_strerror(rc);
+  } else {
+    memcpy(&addr_, res->ai_addr, res->ai_addrlen);
+    addr_len_ = res->ai_addrlen;
+  }
+  if (res) freeaddrinfo(res);
+  reaper_.reset(event_new(base, -1, 0, &EventTrampoline<UpstreamPool, &UpstreamPool::Reap>, this));
+}
+
+UpstreamPool::~UpstreamPool() = default;
+
+std::unique_ptr<UpstreamConn> UpstreamPool::TakeIdle() {
+  while (!idle_.empty()) {
+    std::unique_ptr<UpstreamConn> conn = std::move(idle_.back());
+    idle_.pop_back();
+    if (conn->StillOpen()) return conn;
+    dead_.push_back(std::move(conn));  // closed by the peer while idle: replace transparently
+    event_active(reaper_.get(), 0, 0);
+  }
+  return nullptr;
+}
+
+void UpstreamPool::Send(std::string request, bool head_request, const UpstreamLimits& limits,
+                        UpstreamCallback done) {
+  std::unique_ptr<UpstreamConn> conn = TakeIdle();
+  if (!conn) {
+    conn = std::make_unique<UpstreamConn>(this);
+    if (!conn->Connect()) {
+      // Report asynchronously, as promised: the connection dies on the next loop turn.
+      UpstreamConn* raw = conn.get();
+      busy_.push_back(std::move(conn));
+      raw->Start(std::move(request), head_request, UpstreamLimits{0, 0, 0}, std::move(done));
+      return;
+    }
+  }
+  UpstreamConn* raw = conn.get();
+  busy_.push_back(std::move(conn));
+  raw->Start(std::move(request), head_request, limits, std::move(done));
+}
+
+void UpstreamPool::OnConnIdle(UpstreamConn* conn) {
+  auto it = std::find_if(busy_.begin(), busy_.end(), [&](auto& c) { return c.get() == conn; });
+  if (it == busy_.end()) return;
+  if (idle_.size() >= kMaxIdle) {
+    dead_.push_back(std::move(*it));
+    event_active(reaper_.get(), 0, 0);
+  } else {
+    idle_.push_back(std::move(*it));
+  }
+  busy_.erase(it);
+}
+
+void UpstreamPool::OnConnDead(UpstreamConn* conn) {
+  for (auto* list : {&busy_, &idle_}) {
+    auto it = std::find_if(list->begin(), list->end(), [&](auto& c) { return c.get() == conn; });
+    if (it != list->end()) {
+      dead_.push_back(std::move(*it));
+      list->erase(it);
+      event_active(reaper_.get(), 0, 0);
+      return;
+    }
+  }
+}
+
+void UpstreamPool::Reap() { dead_.clear(); }
+
+}  // namespace idemgate

@@ -1,0 +1,82 @@
+// Connection pool to the origin, one per worker loop: send a request, parse its response,
+// enforce connect and response timeouts, and reuse keep-alive connections.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+
+#include "conf/config.h"
+#include "proxy/event_util.h"
+#include "proxy/http_message.h"
+
+namespace idemgate {
+
+enum class UpstreamError {
+  kNone,
+  kUnavailable,  // could not connect (refused, unreachable, connect timeout): nothing was sent
+  kFailed,       // reset, EOF or malformed response after the request was sent
+  kTooLarge,     // the response body is over limits.max_response_body
+  kTimeout,      // no complete response within upstream.response_timeout
+};
+
+struct UpstreamResult {
+  UpstreamError error = UpstreamError::kNone;
+  std::string detail;  // for logs
+  Response response;   // when error == kNone
+};
+
+using UpstreamCallback = std::function<void(UpstreamResult)>;
+
+// Per-call limits, taken from the config the exchange started with (so reloads apply).
+struct UpstreamLimits {
+  int64_t connect_timeout_ms = 5'000;
+  int64_t response_timeout_ms = 20'000;
+  uint64_t max_response_body = 8 << 20;
+};
+
+class UpstreamConn;
+
+class UpstreamPool {
+ public:
+  // Resolves the upstream address once (at start-up). ok() is false when it cannot.
+  UpstreamPool(event_base* base, const HostPort& upstream);
+  ~UpstreamPool();
+  bool ok() const { return addr_len_ > 0; }
+  const std::string& error() const { return error_; }
+
+  // Sends `request` (already serialized) on an idle pooled connection or a new one. `done` is
+  // called exactly once, always from the loop and never from inside Send (unless the pool is
+  // destroyed first, in which case it is never called).
+  void Send(std::string request, bool head_request, const UpstreamLimits& limits,
+            UpstreamCallback done);
+
+  size_t idle() const { return idle_.size(); }
+  size_t busy() const { return busy_.size(); }
+
+  // Called by connections.
+  void OnConnIdle(UpstreamConn* conn);
+  void OnConnDead(UpstreamConn* conn);
+  event_base* base() const { return base_; }
+  const sockaddr* addr() const { return reinterpret_cast<const sockaddr*>(&addr_); }
+  socklen_t addr_len() const { return addr_len_; }
+
+ private:
+  std::unique_ptr<UpstreamConn> TakeIdle();
+  void Reap();
+
+  event_base* base_;
+  sockaddr_storage addr_{};
+  socklen_t addr_len_ = 0;
+  std::string error_;
+  std::list<std::unique_ptr<UpstreamConn>> idle_;
+  std::list<std::unique_ptr<UpstreamConn>> busy_;
+  std::list<std::unique_ptr<UpstreamConn>> dead_;  // freed on the next loop turn
+  EventPtr reaper_;
+};
+
+}  // namespace idemgate

@@ -1,0 +1,78 @@
+// One event-loop thread: its base, listener, client connections, exchanges, upstream pool, and
+// the mailbox through which the store's results come back to the loop.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "proxy/event_util.h"
+#include "proxy/gateway.h"
+#include "proxy/upstream.h"
+
+namespace idemgate {
+
+class ClientConn;
+class Exchange;
+
+class Worker {
+ public:
+  Worker(int index, Gateway* gateway);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Creates the loop and the upstream pool. False (with *error) when it cannot.
+  bool Init(std::string* error);
+  // Binds `addr` with SO_REUSEPORT (port 0 picks one); *bound_port gets the port.
+  bool Listen(const HostPort& addr, uint16_t* bound_port, std::string* error);
+  void Start();  // runs the loop on its own thread
+  void Join();
+
+  // Thread-safe: runs `fn` on this worker's loop.
+  void Post(std::function<void()> fn);
+  // Thread-safe: stop accepting, finish what is in flight, then leave the loop. After
+  // `grace_ms` the loop is left regardless.
+  void Shutdown(int64_t grace_ms);
+
+  // Used by connections and exchanges, on the loop.
+  event_base* base() const { return base_.get(); }
+  UpstreamPool& upstream() { return *upstream_; }
+  Gateway& gateway() { return *gateway_; }
+  bool draining() const { return draining_; }
+  Exchange* AddExchange(std::unique_ptr<Exchange> exchange);
+  void RemoveExchange(Exchange* exchange);  // freed on the next loop turn
+  void RemoveConn(ClientConn* conn);        // freed on the next loop turn
+  size_t connections() const { return conns_.size(); }
+
+ private:
+  static void OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int len, void* arg);
+  void DrainMailbox();
+  void Reap();
+  void BeginDrain();
+  void MaybeExit();
+
+  int index_;
+  Gateway* gateway_;
+  EventBasePtr base_;
+  EventPtr mailbox_ev_;
+  EventPtr reaper_;
+  ListenerPtr listener_;
+  std::unique_ptr<UpstreamPool> upstream_;
+  std::thread thread_;
+
+  std::mutex mailbox_mu_;
+  std::vector<std::function<void()>> mailbox_;
+
+  std::unordered_map<ClientConn*, std::unique_ptr<ClientConn>> conns_;
+  std::unordered_map<Exchange*, std::unique_ptr<Exchange>> exchanges_;
+  std::vector<std::unique_ptr<ClientConn>> dead_conns_;
+  std::vector<std::unique_ptr<Exchange>> dead_exchanges_;
+  bool draining_ = false;
+};
+
+}  // namespace idemgate
