@@ -123,6 +123,11 @@ void DemoApi::Stop() {
   base_.reset();
 }
 
+bool DemoApi::WaitForExecutions(int64_t n, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return executions_.load() >= n; });
+}
+
 void DemoApi::OnRequest(evhttp_request* req, void* arg) {
   auto* self = static_cast<DemoApi*>(arg);
   std::string_view uri = evhttp_request_get_uri(req);
@@ -138,7 +143,11 @@ void DemoApi::OnRequest(evhttp_request* req, void* arg) {
 }
 
 void DemoApi::HandlePost(evhttp_request* req) {
-  executions_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    executions_.fetch_add(1);
+  }
+  cv_.notify_all();
   auto pending = std::make_unique<Pending>();
   pending->req = req;
   pending->api = this;

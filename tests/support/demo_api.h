@@ -2,6 +2,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,6 +43,8 @@ class DemoApi {
   const std::string& host() const { return options_.host; }
   // Every POST that reached the handler, whatever its answer.
   int64_t executions() const { return executions_.load(); }
+  // Waits until executions() >= n; false on timeout.
+  bool WaitForExecutions(int64_t n, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   // Intents created (201 answers).
   int64_t created() const { return created_.load(); }
 
@@ -63,6 +67,7 @@ class DemoApi {
   std::atomic<int64_t> executions_{0};
   std::atomic<int64_t> created_{0};
   std::mutex mu_;
+  std::condition_variable cv_;  // signalled on every execution
   std::map<std::string, std::string> intents_;  // id -> JSON; guarded by mu_
   std::map<Pending*, std::unique_ptr<Pending>> pending_;  // loop thread only
 };
