@@ -1,7 +1,6 @@
 // Request/Response helpers: header lookup, hop-by-hop rules, and the bytes sent up and down.
 #include "proxy/http_message.h"
 
-#include <cctype>
 
 namespace idemgate {
 namespace {

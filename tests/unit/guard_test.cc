@@ -1,0 +1,259 @@
+// Guard: which requests are guarded, check order, key syntax, scope and fingerprint (SPEC §1-§4).
+#include "proxy/guard.h"
+
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <string>
+
+namespace idemgate {
+namespace {
+
+Request Post(Headers headers, std::string body = "{\"amount\":1}") {
+  Request r;
+  r.method = "POST";
+  r.target = "/v1/payment_intents";
+  r.headers = std::move(headers);
+  r.body = std::move(body);
+  return r;
+}
+
+Headers Auth(std::string key) {
+  return {{"Authorization", "Bearer merchant-a"}, {"Idempotency-Key", std::move(key)}};
+}
+
+TEST(Guard, GetWithKeyPassesThrough) {
+  Config config;
+  Request r = Post(Auth("order-1001"));
+  r.method = "GET";
+  EXPECT_EQ(EvaluateGuard(config, r).kind, GuardKind::kPassthrough);
+}
+
+TEST(Guard, KeylessPostPassesThrough) {
+  Config config;
+  EXPECT_EQ(EvaluateGuard(config, Post({{"Authorization", "Bearer a"}})).kind,
+            GuardKind::kPassthrough);
+}
+
+TEST(Guard, RequireKeyPathWithoutKeyIsMissing) {
+  Config config;
+  config.idempotency.require_key = {"/v1/payment"};
+  GuardDecision d = EvaluateGuard(config, Post({{"Authorization", "Bearer a"}}));
+  EXPECT_EQ(d.kind, GuardKind::kReject);
+  EXPECT_EQ(d.error, ErrorCode::kIdempotencyKeyMissing);
+  Request other = Post({{"Authorization", "Bearer a"}});
+  other.target = "/v2/refunds?x=/v1/payment";
+  EXPECT_EQ(EvaluateGuard(config, other).kind, GuardKind::kPassthrough);
+}
+
+TEST(Guard, GuardedRequestCarriesScopeKeyAndFingerprint) {
+  Config config;
+  Request r = Post(Auth("\"order-1001\""));
+  GuardDecision d = EvaluateGuard(config, r);
+  ASSERT_EQ(d.kind, GuardKind::kGuarded);
+  EXPECT_EQ(d.key, "order-1001");
+  EXPECT_EQ(d.scope, ComputeScopeId("Authorization", "Bearer merchant-a", ""));
+  EXPECT_EQ(d.fingerprint, ComputeFingerprint(r, {}));
+}
+
+TEST(Guard, CredentialIsCheckedBeforeTheKey) {
+  Config config;
+  GuardDecision d = EvaluateGuard(config, Post({{"Idempotency-Key", "bad key with spaces"}}));
+  EXPECT_EQ(d.kind, GuardKind::kReject);
+  EXPECT_EQ(d.error, ErrorCode::kMissingCredentials);
+  config.idempotency.require_key = {"/"};
+  EXPECT_EQ(EvaluateGuard(config, Post({})).error, ErrorCode::kMissingCredentials);
+}
+
+TEST(Guard, EmptyCredentialCountsAsMissing) {
+  Config config;
+  for (const char* value : {"", "Bearer", "bearer  "}) {
+    GuardDecision d =
+        EvaluateGuard(config, Post({{"Authorization", value}, {"Idempotency-Key", "k"}}));
+    EXPECT_EQ(d.error, ErrorCode::kMissingCredentials) << "[" << value << "]";
+  }
+}
+
+TEST(Guard, DuplicateCredentialIsBadRequest) {
+  Config config;
+  GuardDecision d = EvaluateGuard(config, Post({{"Authorization", "Bearer a"},
+                                                {"authorization", "Bearer b"},
+                                                {"Idempotency-Key", "k"}}));
+  EXPECT_EQ(d.kind, GuardKind::kReject);
+  EXPECT_EQ(d.error, ErrorCode::kBadRequest);
+}
+
+TEST(Guard, KeyGivenTwiceIsInvalid) {
+  Config config;
+  Headers h = Auth("k1");
+  h.push_back({"idempotency-key", "k1"});
+  EXPECT_EQ(EvaluateGuard(config, Post(h)).error, ErrorCode::kIdempotencyKeyInvalid);
+}
+
+TEST(Guard, KeySyntaxTable) {
+  struct Case {
+    std::string raw;
+    bool ok;
+    std::string key;
+  };
+  const Case cases[] = {
+      {"order-1001", true, "order-1001"},
+      {"\"order-1001\"", true, "order-1001"},
+      {"\"a\\\"b\\\\c\"", true, "a\"b\\c"},
+      {"  spaced-ows  ", true, "spaced-ows"},
+      {std::string(255, 'k'), true, std::string(255, 'k')},
+      {"", false, ""},
+      {"\"\"", false, ""},
+      {std::string(256, 'k'), false, ""},
+      {"ab\x01" "c", false, ""},
+      {"ab\x7f", false, ""},
+      {"caf\xc3\xa9", false, ""},
+      {"two words", false, ""},
+      {"\"two words\"", false, ""},  // unquoted result must be visible ASCII too
+      {"\"abc", false, ""},
+      {"\"", false, ""},
+      {"\"a\"b\"", false, ""},
+      {"\"a\\nb\"", false, ""},  // only \" and \\ are escapes
+      {"\"abc\\\"", false, ""},
+  };
+  for (const Case& c : cases) {
+    std::string key;
+    EXPECT_EQ(ParseIdempotencyKey(c.raw, &key), c.ok) << "[" << c.raw << "]";
+    if (c.ok) {
+      EXPECT_EQ(key, c.key) << "[" << c.raw << "]";
+    }
+    Config config;
+    GuardDecision d = EvaluateGuard(config, Post(Auth(c.raw)));
+    EXPECT_EQ(d.kind, c.ok ? GuardKind::kGuarded : GuardKind::kReject) << "[" << c.raw << "]";
+    if (!c.ok) {
+      EXPECT_EQ(d.error, ErrorCode::kIdempotencyKeyInvalid) << "[" << c.raw << "]";
+    }
+  }
+}
+
+TEST(Guard, ScopeSchemeCaseInsensitiveCredentialExact) {
+  EXPECT_EQ(ComputeScopeId("Authorization", "Bearer x", ""),
+            ComputeScopeId("Authorization", "bearer x", ""));
+  EXPECT_EQ(ComputeScopeId("Authorization", "Bearer x", ""),
+            ComputeScopeId("authorization", "BEARER   x ", ""));
+  EXPECT_NE(ComputeScopeId("Authorization", "Bearer x", ""),
+            ComputeScopeId("Authorization", "Bearer X", ""));
+  EXPECT_NE(ComputeScopeId("Authorization", "Bearer x", ""),
+            ComputeScopeId("Authorization", "Basic x", ""));
+}
+
+TEST(Guard, SecretChangesTheScope) {
+  EXPECT_NE(ComputeScopeId("Authorization", "Bearer x", ""),
+            ComputeScopeId("Authorization", "Bearer x", "s3cret"));
+  EXPECT_NE(ComputeScopeId("Authorization", "Bearer x", "s3cret"),
+            ComputeScopeId("Authorization", "Bearer x", "other"));
+}
+
+std::string Hex(const unsigned char* p, size_t n) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[p[i] >> 4];
+    out += kHex[p[i] & 15];
+  }
+  return out;
+}
+
+TEST(Guard, ScopeKnownVectors) {
+  // Input: lower-case header name, NUL, "bearer" + " " + credential.
+  const std::string input("authorization\0bearer x", 22);
+  unsigned char sha[32];
+  unsigned int len = 0;
+  ASSERT_EQ(EVP_Digest(input.data(), input.size(), sha, &len, EVP_sha256(), nullptr), 1);
+  ScopeId plain = ComputeScopeId("Authorization", "Bearer x", "");
+  EXPECT_EQ(Hex(plain.data(), 32), Hex(sha, 32));
+
+  unsigned char mac[32];
+  size_t mac_len = 0;
+  ASSERT_NE(EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, "k", 1,
+                      reinterpret_cast<const unsigned char*>(input.data()), input.size(), mac,
+                      sizeof(mac), &mac_len),
+            nullptr);
+  ScopeId keyed = ComputeScopeId("Authorization", "Bearer x", "k");
+  EXPECT_EQ(Hex(keyed.data(), 32), Hex(mac, 32));
+}
+
+TEST(Guard, CustomScopeHeaderUsesTheWholeValue) {
+  Config config;
+  config.scope.header = "X-Api-Key";
+  Headers h = {{"X-Api-Key", "Bearer x"}, {"Idempotency-Key", "k"}};
+  GuardDecision d = EvaluateGuard(config, Post(h));
+  ASSERT_EQ(d.kind, GuardKind::kGuarded);
+  EXPECT_EQ(d.scope, ComputeScopeId("X-Api-Key", "Bearer x", ""));
+  EXPECT_NE(d.scope, ComputeScopeId("X-Api-Key", "bearer x", ""));  // whole value, exact
+  EXPECT_NE(d.scope, ComputeScopeId("Authorization", "Bearer x", ""));  // domain separation
+  // Authorization alone does not satisfy a custom scope header.
+  EXPECT_EQ(EvaluateGuard(config, Post(Auth("k"))).error, ErrorCode::kMissingCredentials);
+}
+
+TEST(Guard, FingerprintChangesWithEachPart) {
+  Request base = Post({{"X-Account", "acct_1"}});
+  Fingerprint fp = ComputeFingerprint(base, {"x-account"});
+  Request method = base;
+  method.method = "PATCH";
+  Request target = base;
+  target.target = "/v1/payment_intents?x=1";
+  Request body = base;
+  body.body = "{\"amount\":2}";
+  Request header = base;
+  header.headers[0].value = "acct_2";
+  Request other_header = base;
+  other_header.headers.push_back({"X-Other", "1"});
+  EXPECT_NE(ComputeFingerprint(method, {"x-account"}), fp);
+  EXPECT_NE(ComputeFingerprint(target, {"x-account"}), fp);
+  EXPECT_NE(ComputeFingerprint(body, {"x-account"}), fp);
+  EXPECT_NE(ComputeFingerprint(header, {"x-account"}), fp);
+  EXPECT_EQ(ComputeFingerprint(other_header, {"x-account"}), fp);  // F3: unlisted headers ignored
+  EXPECT_NE(ComputeFingerprint(base, {}), fp);
+  // Shifting bytes between parts does not collide.
+  Request a = base, b = base;
+  a.target = "/ab";
+  a.body = "c";
+  b.target = "/a";
+  b.body = "bc";
+  EXPECT_NE(ComputeFingerprint(a, {}), ComputeFingerprint(b, {}));
+}
+
+void PutPart(std::string* out, std::string_view part) {
+  uint64_t n = part.size();
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>((n >> shift) & 0xFF));
+  out->append(part);
+}
+
+TEST(Guard, FingerprintKnownVector) {
+  Request r = Post({{"X-Account", "a1"}, {"x-account", "a2"}}, "{\"amount\":\"100000000\"}");
+  std::string encoded;
+  PutPart(&encoded, "POST");
+  PutPart(&encoded, "/v1/payment_intents");
+  PutPart(&encoded, "{\"amount\":\"100000000\"}");
+  PutPart(&encoded, "x-account");
+  PutPart(&encoded, "a1, a2");
+  PutPart(&encoded, "x-absent");
+  PutPart(&encoded, "");
+  unsigned char sha[32];
+  unsigned int len = 0;
+  ASSERT_EQ(EVP_Digest(encoded.data(), encoded.size(), sha, &len, EVP_sha256(), nullptr), 1);
+  Fingerprint fp = ComputeFingerprint(r, {"x-account", "x-absent"});
+  EXPECT_EQ(Hex(fp.data(), 32), Hex(sha, 32));
+  EXPECT_EQ(FingerprintPrefix(fp), Hex(sha, 8));
+  EXPECT_EQ(FingerprintPrefix(fp).size(), 16u);
+}
+
+TEST(Guard, FingerprintHeadersComeFromConfig) {
+  Config config;
+  config.idempotency.fingerprint_headers = {"x-account"};
+  Request r = Post(Auth("k"));
+  r.headers.push_back({"X-Account", "acct_9"});
+  GuardDecision d = EvaluateGuard(config, r);
+  ASSERT_EQ(d.kind, GuardKind::kGuarded);
+  EXPECT_EQ(d.fingerprint, ComputeFingerprint(r, {"x-account"}));
+  EXPECT_NE(d.fingerprint, ComputeFingerprint(r, {}));
+}
+
+}  // namespace
+}  // namespace idemgate

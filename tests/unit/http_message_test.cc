@@ -1,0 +1,155 @@
+// http_message: hop-by-hop rules, the upstream request bytes, the stored and replayed response.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "proxy/http_message.h"
+
+namespace idemgate {
+namespace {
+
+TEST(HttpMessage, HeaderHelpers) {
+  Headers h = {{"Host", "a"}, {"x-key", "1"}, {"X-KEY", "2"}};
+  EXPECT_TRUE(HeaderNameEquals("Content-Length", "content-length"));
+  EXPECT_FALSE(HeaderNameEquals("Content-Length", "Content-Lengt"));
+  ASSERT_NE(FindHeader(h, "X-Key"), nullptr);
+  EXPECT_EQ(*FindHeader(h, "X-Key"), "1");
+  EXPECT_EQ(FindHeader(h, "Missing"), nullptr);
+  EXPECT_EQ(CountHeader(h, "x-KEY"), 2);
+}
+
+TEST(HttpMessage, HopByHop) {
+  Headers h = {{"Connection", "keep-alive, X-Session-Hop"}, {"connection", " x-other "}};
+  for (const char* name : {"Connection", "keep-alive", "Transfer-Encoding", "TE", "Trailer",
+                           "Upgrade", "Proxy-Connection", "proxy-authorization", "X-Session-Hop",
+                           "x-session-hop", "X-Other"}) {
+    EXPECT_TRUE(IsHopByHop(name, h)) << name;
+  }
+  for (const char* name : {"Host", "Content-Type", "Idempotency-Key", "Trailers", "X-Session"}) {
+    EXPECT_FALSE(IsHopByHop(name, h)) << name;
+  }
+  EXPECT_FALSE(IsHopByHop("X-Session-Hop", Headers{}));
+}
+
+Request PostRequest() {
+  Request r;
+  r.method = "POST";
+  r.target = "/v1/payment_intents?expand=1";
+  r.headers = {{"Host", "api.example"},
+               {"Connection", "keep-alive, X-Hop"},
+               {"X-Hop", "secret"},
+               {"Authorization", "Bearer m"},
+               {"Transfer-Encoding", "chunked"},
+               {"Content-Length", "999"},
+               {"X-Forwarded-For", "10.0.0.1"},
+               {"X-Forwarded-Proto", "spoofed"},
+               {"Expect", "100-continue"},
+               {"Idempotency-Key", "order-1"},
+               {"Proxy-Connection", "keep-alive"}};
+  r.body = "{\"amount\":1}";
+  return r;
+}
+
+TEST(HttpMessage, SerializeUpstreamRequest) {
+  std::string out = SerializeUpstreamRequest(PostRequest(), "192.0.2.7", "https");
+  EXPECT_EQ(out,
+            "POST /v1/payment_intents?expand=1 HTTP/1.1\r\n"
+            "Host: api.example\r\n"
+            "Authorization: Bearer m\r\n"
+            "Idempotency-Key: order-1\r\n"
+            "X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n"
+            "X-Forwarded-Proto: https\r\n"
+            "Content-Length: 12\r\n"
+            "\r\n"
+            "{\"amount\":1}");
+}
+
+TEST(HttpMessage, UpstreamRequestContentLengthRules) {
+  Request get;
+  get.method = "GET";
+  get.target = "/";
+  std::string g = SerializeUpstreamRequest(get, "1.2.3.4", "http");
+  EXPECT_EQ(g, "GET / HTTP/1.1\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: http\r\n\r\n");
+  Request empty_post = get;
+  empty_post.method = "POST";
+  EXPECT_NE(SerializeUpstreamRequest(empty_post, "1.2.3.4", "http").find("Content-Length: 0\r\n"),
+            std::string::npos);
+  Request delete_with_body = get;
+  delete_with_body.method = "DELETE";
+  delete_with_body.body = "xy";
+  EXPECT_NE(
+      SerializeUpstreamRequest(delete_with_body, "1.2.3.4", "http").find("Content-Length: 2\r\n"),
+      std::string::npos);
+}
+
+Response UpstreamResponse() {
+  Response r;
+  r.status = 201;
+  r.reason = "Created";
+  r.headers = {{"Content-Type", "application/json"},
+               {"Connection", "close, X-Drop"},
+               {"X-Drop", "1"},
+               {"Content-Length", "15"},
+               {"Location", "/v1/payment_intents/pi_1"},
+               {"Keep-Alive", "timeout=5"},
+               {"Set-Cookie", "a=1"},
+               {"Set-Cookie", "b=2"}};
+  r.body = "{\"id\":\"pi_1\"}  ";
+  return r;
+}
+
+TEST(HttpMessage, ToStoredResponseDropsHopByHopAndLength) {
+  StoredResponse s = ToStoredResponse(UpstreamResponse());
+  EXPECT_EQ(s.status, 201);
+  EXPECT_EQ(s.reason, "Created");
+  std::vector<std::pair<std::string, std::string>> expected = {
+      {"Content-Type", "application/json"},
+      {"Location", "/v1/payment_intents/pi_1"},
+      {"Set-Cookie", "a=1"},
+      {"Set-Cookie", "b=2"}};
+  EXPECT_EQ(s.headers, expected);
+  EXPECT_EQ(s.body, "{\"id\":\"pi_1\"}  ");
+}
+
+TEST(HttpMessage, FirstAnswerAndReplayDifferOnlyByTheReplayedLine) {
+  StoredResponse s = ToStoredResponse(UpstreamResponse());
+  std::string first = SerializeResponse(s, /*replayed=*/false, /*close=*/false, false);
+  std::string replay = SerializeResponse(s, /*replayed=*/true, /*close=*/false, false);
+  EXPECT_EQ(first,
+            "HTTP/1.1 201 Created\r\n"
+            "Content-Type: application/json\r\n"
+            "Location: /v1/payment_intents/pi_1\r\n"
+            "Set-Cookie: a=1\r\n"
+            "Set-Cookie: b=2\r\n"
+            "Content-Length: 15\r\n"
+            "\r\n"
+            "{\"id\":\"pi_1\"}  ");
+  std::string line = "Idempotent-Replayed: true\r\n";
+  size_t at = replay.find(line);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(first.find("Idempotent-Replayed"), std::string::npos);
+  EXPECT_EQ(replay.substr(0, at) + replay.substr(at + line.size()), first);
+}
+
+TEST(HttpMessage, SerializeResponseFraming) {
+  StoredResponse s;
+  s.status = 204;
+  s.headers = {{"X-A", "1"}};
+  EXPECT_EQ(SerializeResponse(s, false, true, false),
+            "HTTP/1.1 204 No Content\r\nX-A: 1\r\nConnection: close\r\n\r\n");
+  s.status = 200;
+  s.reason = "Fine";
+  s.body = "abc";
+  EXPECT_EQ(SerializeResponse(s, false, false, /*head_request=*/true),
+            "HTTP/1.1 200 Fine\r\nX-A: 1\r\nContent-Length: 3\r\n\r\n");
+  s.body.clear();
+  EXPECT_EQ(SerializeResponse(s, false, false, true), "HTTP/1.1 200 Fine\r\nX-A: 1\r\n\r\n");
+  EXPECT_EQ(SerializeResponse(s, false, false, false),
+            "HTTP/1.1 200 Fine\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n");
+  s.status = 599;
+  s.reason.clear();
+  EXPECT_EQ(SerializeResponse(s, false, false, false).substr(0, 22), "HTTP/1.1 599 Unknown\r\n");
+}
+
+}  // namespace
+}  // namespace idemgate

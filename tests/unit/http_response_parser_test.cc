@@ -1,0 +1,183 @@
+// ResponseParser: each body framing, bodiless statuses, interim 1xx, EOF and limits.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "proxy/http_parser.h"
+
+namespace idemgate {
+namespace {
+
+struct Result {
+  size_t used = 0;
+  ParseError error = ParseError::kNone;
+  bool complete = false;
+  Response response;
+};
+
+Result Parse(const std::string& raw, bool head = false, bool eof = false,
+             uint64_t max_body = 1 << 20) {
+  ResponseParser parser(max_body);
+  parser.Begin(head);
+  Result r;
+  r.used = parser.Feed(raw.data(), raw.size());
+  if (eof) parser.FeedEof();
+  r.error = parser.error();
+  r.complete = parser.message_complete();
+  if (r.complete) r.response = parser.TakeResponse();
+  return r;
+}
+
+TEST(ResponseParser, ContentLength) {
+  std::string raw = "HTTP/1.1 201 Created\r\nLocation: /x\r\nContent-Length: 5\r\n\r\nhello";
+  Result r = Parse(raw + "HTTP/1.1 200 OK\r\n");
+  ASSERT_TRUE(r.complete);
+  EXPECT_EQ(r.used, raw.size());
+  EXPECT_EQ(r.response.status, 201);
+  EXPECT_EQ(r.response.reason, "Created");
+  EXPECT_EQ(r.response.body, "hello");
+  EXPECT_TRUE(r.response.keep_alive);
+  ASSERT_EQ(r.response.headers.size(), 2u);
+  EXPECT_EQ(r.response.headers[0].value, "/x");
+}
+
+TEST(ResponseParser, Chunked) {
+  Result r = Parse(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\n");
+  ASSERT_TRUE(r.complete);
+  EXPECT_EQ(r.response.body, "wikipedia");
+  EXPECT_TRUE(r.response.keep_alive);
+}
+
+TEST(ResponseParser, CloseDelimitedCompletesOnEof) {
+  std::string raw = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end";
+  ResponseParser parser(1024);
+  parser.Begin(false);
+  EXPECT_EQ(parser.Feed(raw.data(), raw.size()), raw.size());
+  EXPECT_FALSE(parser.message_complete());
+  parser.FeedEof();
+  ASSERT_TRUE(parser.message_complete());
+  Response resp = parser.TakeResponse();
+  EXPECT_EQ(resp.body, "until the end");
+  EXPECT_FALSE(resp.keep_alive);
+}
+
+TEST(ResponseParser, UpstreamSaidClose) {
+  Result r = Parse("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
+  ASSERT_TRUE(r.complete);
+  EXPECT_FALSE(r.response.keep_alive);
+}
+
+TEST(ResponseParser, HeadResponseHasNoBody) {
+  std::string raw = "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n";
+  Result r = Parse(raw, /*head=*/true);
+  ASSERT_TRUE(r.complete);
+  EXPECT_EQ(r.used, raw.size());
+  EXPECT_TRUE(r.response.body.empty());
+  EXPECT_TRUE(r.response.keep_alive);
+  // Without Begin(true) the same bytes wait for 1234 body bytes.
+  EXPECT_FALSE(Parse(raw, /*head=*/false).complete);
+}
+
+TEST(ResponseParser, NoContentAndNotModifiedHaveNoBody) {
+  for (const char* raw : {"HTTP/1.1 204 No Content\r\n\r\n",
+                          "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"}) {
+    Result r = Parse(raw);
+    ASSERT_TRUE(r.complete) << raw;
+    EXPECT_TRUE(r.response.body.empty());
+    EXPECT_TRUE(r.response.keep_alive);
+  }
+}
+
+TEST(ResponseParser, InterimResponsesAreSkipped) {
+  Result r = Parse(
+      "HTTP/1.1 100 Continue\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n"
+      "HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok");
+  ASSERT_TRUE(r.complete);
+  EXPECT_EQ(r.response.status, 201);
+  EXPECT_EQ(r.response.reason, "Created");
+  ASSERT_EQ(r.response.headers.size(), 1u);  // nothing of the 103 leaks in
+  EXPECT_EQ(r.response.headers[0].name, "Content-Length");
+  EXPECT_EQ(r.response.body, "ok");
+}
+
+TEST(ResponseParser, InterimSplitAcrossFeeds) {
+  std::string raw = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx";
+  ResponseParser parser(1024);
+  parser.Begin(false);
+  for (size_t i = 0; i < raw.size(); ++i) ASSERT_EQ(parser.Feed(&raw[i], 1), 1u) << i;
+  ASSERT_TRUE(parser.message_complete());
+  EXPECT_EQ(parser.TakeResponse().status, 200);
+}
+
+TEST(ResponseParser, SwitchingProtocolsIsMalformed) {
+  Result r = Parse("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ws\r\n\r\n");
+  EXPECT_EQ(r.error, ParseError::kMalformed);
+}
+
+TEST(ResponseParser, EofMidBodyIsMalformed) {
+  Result r = Parse("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false, /*eof=*/true);
+  EXPECT_FALSE(r.complete);
+  EXPECT_EQ(r.error, ParseError::kMalformed);
+  Result chunked =
+      Parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", false, true);
+  EXPECT_EQ(chunked.error, ParseError::kMalformed);
+}
+
+TEST(ResponseParser, EofBeforeAnyByteIsMalformedAndNotStarted) {
+  ResponseParser parser(1024);
+  parser.Begin(false);
+  parser.FeedEof();
+  EXPECT_FALSE(parser.started());
+  EXPECT_EQ(parser.error(), ParseError::kMalformed);
+}
+
+TEST(ResponseParser, EofMidHeadersIsMalformedAndStarted) {
+  ResponseParser parser(1024);
+  parser.Begin(false);
+  std::string raw = "HTTP/1.1 200 OK\r\nContent-";
+  parser.Feed(raw.data(), raw.size());
+  EXPECT_TRUE(parser.started());
+  parser.FeedEof();
+  EXPECT_EQ(parser.error(), ParseError::kMalformed);
+}
+
+TEST(ResponseParser, OversizeBody) {
+  EXPECT_EQ(Parse("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n", false, false, 10).error,
+            ParseError::kBodyTooLarge);
+  EXPECT_EQ(Parse("HTTP/1.1 200 OK\r\n\r\n" + std::string(11, 'x'), false, false, 10).error,
+            ParseError::kBodyTooLarge);
+  EXPECT_EQ(Parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nabcdef\r\n"
+                  "6\r\nabcdef\r\n0\r\n\r\n",
+                  false, false, 10)
+                .error,
+            ParseError::kBodyTooLarge);
+  EXPECT_TRUE(Parse("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789", false, false, 10)
+                  .complete);
+}
+
+TEST(ResponseParser, GarbageIsMalformed) {
+  EXPECT_EQ(Parse("SSH-2.0-OpenSSH_9.2\r\n").error, ParseError::kMalformed);
+  EXPECT_EQ(Parse("HTTP/1.1 2x0 OK\r\n\r\n").error, ParseError::kMalformed);
+  EXPECT_EQ(Parse("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab").error,
+            ParseError::kMalformed);
+}
+
+TEST(ResponseParser, BeginResetsForTheNextResponseOnTheSameConnection) {
+  ResponseParser parser(1024);
+  parser.Begin(false);
+  std::string a = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na";
+  parser.Feed(a.data(), a.size());
+  ASSERT_TRUE(parser.message_complete());
+  EXPECT_EQ(parser.TakeResponse().body, "a");
+  parser.Begin(true);
+  EXPECT_FALSE(parser.started());
+  std::string b = "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\n";
+  EXPECT_EQ(parser.Feed(b.data(), b.size()), b.size());
+  ASSERT_TRUE(parser.message_complete());
+  EXPECT_EQ(parser.TakeResponse().status, 404);
+}
+
+}  // namespace
+}  // namespace idemgate
