@@ -52,6 +52,9 @@ rocksdb::Options MakeDbOptions(rocksdb::Env* env, const rocksdb::CompactionFilte
   o.compaction_filter = filter;
   o.periodic_compaction_seconds = kPeriodicCompactionSeconds;
   o.manual_wal_flush = false;
+  // Most claims are for new keys: a memtable bloom filter answers those without a skiplist walk.
+  o.memtable_whole_key_filtering = true;
+  o.memtable_prefix_bloom_size_ratio = 0.05;
   rocksdb::BlockBasedTableOptions t;
   t.block_cache = rocksdb::NewLRUCache(kBlockCacheBytes);
   t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
