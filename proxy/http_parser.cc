@@ -157,8 +157,9 @@ struct Engine {
     header_bytes += n;
     if (header_bytes > max_header_bytes) {
       return Fail(ParseError::kHeadersTooLarge,
-                  "The request line and headers exceed the limit of " +
-                      std::to_string(max_header_bytes) + " bytes.");
+                  std::string(type == HTTP_REQUEST ? "The request line and headers"
+                                                   : "The upstream's status line and headers") +
+                      " exceed the limit of " + std::to_string(max_header_bytes) + " bytes.");
     }
     return 0;
   }
