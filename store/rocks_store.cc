@@ -52,6 +52,9 @@ rocksdb::Options MakeDbOptions(rocksdb::Env* env, const rocksdb::CompactionFilte
   o.compaction_filter = filter;
   o.periodic_compaction_seconds = kPeriodicCompactionSeconds;
   o.manual_wal_flush = false;
+  // The writer calls Resume() itself before the next batch; RocksDB's own retry thread would
+  // make that call return Busy for up to a second.
+  o.max_bgerror_resume_count = 0;
   // Most claims are for new keys: a memtable bloom filter answers those without a skiplist walk.
   o.memtable_whole_key_filtering = true;
   o.memtable_prefix_bloom_size_ratio = 0.05;
@@ -82,8 +85,10 @@ struct Op {
 class RocksStore final : public Store {
  public:
   RocksStore(const RocksStoreOptions& options, std::unique_ptr<TtlCompactionFilter> filter,
-             std::unique_ptr<rocksdb::DB> db)
+             rocksdb::Options db_options, std::unique_ptr<rocksdb::DB> db)
       : clock_(options.clock),
+        path_(options.path),
+        db_options_(std::move(db_options)),
         max_batch_(options.max_batch == 0 ? 1 : options.max_batch),
         filter_(std::move(filter)),
         db_(std::move(db)),
@@ -114,9 +119,12 @@ class RocksStore final : public Store {
   StoreStatus ReadRecord(const std::string& key, std::optional<Record>* record);
   void Apply(const std::string& key, WriteAction action, const Record& record);
   uint64_t NewOwner();
+  void Recover();
   static void Report(Op& op);
 
   const Clock* clock_;
+  const std::string path_;
+  const rocksdb::Options db_options_;
   const size_t max_batch_;
   std::unique_ptr<TtlCompactionFilter> filter_;  // outlives db_ (declared first)
   std::unique_ptr<rocksdb::DB> db_;
@@ -273,10 +281,15 @@ void RocksStore::TakeBatch(std::vector<Op>* batch) {
 
 // Decides every op against the DB plus the batch, writes once, then reports every result.
 void RocksStore::RunBatch(std::vector<Op>& batch) {
-  if (need_resume_) {
-    // A previous write failed: ask RocksDB to recover before trying again. If it cannot yet,
-    // the write below fails and reports the error.
-    if (db_->Resume().ok()) need_resume_ = false;
+  if (need_resume_) Recover();
+  if (!db_) {
+    StoreStatus err{StoreCode::kIoError, "database is not open (reopen failed)"};
+    for (Op& op : batch) {
+      op.claim_result.status = err;
+      op.status = err;
+      Report(op);
+    }
+    return;
   }
   batch_.Clear();
   const TimeMs now = clock_->NowMs();
@@ -347,6 +360,26 @@ void RocksStore::Apply(const std::string& key, WriteAction action, const Record&
   }
 }
 
+// After a failed write: Resume() clears retryable errors; errors RocksDB deems fatal (a failed
+// WAL append) need the DB closed and reopened, which replays the WAL. If neither works yet, the
+// next batch fails with an error and we try again before the one after.
+void RocksStore::Recover() {
+  if (db_ && db_->Resume().ok()) {
+    need_resume_ = false;
+    return;
+  }
+  std::unique_lock lock(db_mu_);  // Lookup must not use the DB while it is swapped
+  if (db_) {
+    db_->Close();
+    db_.reset();
+  }
+  rocksdb::DB* raw = nullptr;
+  if (rocksdb::DB::Open(db_options_, path_, &raw).ok()) {
+    db_.reset(raw);
+    need_resume_ = false;
+  }
+}
+
 uint64_t RocksStore::NewOwner() {
   uint64_t owner = 0;
   while (owner == 0) owner = rng_();  // 0 marks "no owner" and must never match
@@ -375,7 +408,8 @@ std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, r
     if (error) *error = "opening " + options.path + ": " + s.ToString();
     return nullptr;
   }
-  return std::make_unique<RocksStore>(options, std::move(filter), std::unique_ptr<rocksdb::DB>(raw));
+  return std::make_unique<RocksStore>(options, std::move(filter), std::move(db_options),
+                                      std::unique_ptr<rocksdb::DB>(raw));
 }
 
 std::unique_ptr<Store> OpenRocksStore(const RocksStoreOptions& options, std::string* error) {
