@@ -52,8 +52,7 @@ struct Context {
   std::filesystem::path dir;  // the config file's directory, for relative paths
   const toml::table* root = nullptr;
 
-  SectionReader Section(std::string_view name,
-                        std::initializer_list<std::string_view> keys) const {
+  SectionReader Section(std::string_view name, std::initializer_list<std::string_view> keys) const {
     const toml::node* node = root->get(name);
     SectionReader reader(node == nullptr ? nullptr : node->as_table(), std::string(name), file,
                          keys);
@@ -96,8 +95,9 @@ void ParseListen(const Context& ctx, Config::Listen* out) {
   ReadPathKey(ctx, r, "tls_key", &out->tls_key);
   if (out->tls_cert.empty() != out->tls_key.empty()) {
     const bool cert = !out->tls_cert.empty();
-    r.Fail(cert ? "tls_cert" : "tls_key", cert ? "is set but listen.tls_key is not; TLS needs both"
-                                               : "is set but listen.tls_cert is not; TLS needs both");
+    r.Fail(cert ? "tls_cert" : "tls_key",
+           cert ? "is set but listen.tls_key is not; TLS needs both"
+                : "is set but listen.tls_cert is not; TLS needs both");
   }
 }
 
@@ -161,8 +161,8 @@ void CheckFingerprintHeaders(const SectionReader& r, std::vector<std::string>* h
 }
 
 SectionReader ParseIdempotency(const Context& ctx, Config::Idempotency* out) {
-  SectionReader r = ctx.Section("idempotency", {"header", "methods", "ttl", "lease", "require_key",
-                                                "fingerprint_headers"});
+  SectionReader r = ctx.Section(
+      "idempotency", {"header", "methods", "ttl", "lease", "require_key", "fingerprint_headers"});
   ReadHeaderName(r, "header", &out->header);
   if (r.StringArray("methods", &out->methods)) CheckMethods(r, &out->methods);
   r.Duration("ttl", &out->ttl_ms);
@@ -241,8 +241,9 @@ void CheckLeaseAndTtl(const Context& ctx, const SectionReader& idem, const Secti
   const int64_t upstream_ms = SaturatingAdd(up.connect_timeout_ms, up.response_timeout_ms);
   if (id.lease_ms <= upstream_ms) {
     uint32_t line = idem.Line("lease");
-    if (line == 0) line = upstream.Line(upstream.Has("response_timeout") ? "response_timeout"
-                                                                         : "connect_timeout");
+    if (line == 0)
+      line =
+          upstream.Line(upstream.Has("response_timeout") ? "response_timeout" : "connect_timeout");
     throw ConfigError(conf::FormatError(
         ctx.file, line, "idempotency.lease",
         "(" + FormatDurationMs(id.lease_ms) +
@@ -252,7 +253,8 @@ void CheckLeaseAndTtl(const Context& ctx, const SectionReader& idem, const Secti
             "), or a slow attempt could be taken over while it still runs"));
   }
   if (id.ttl_ms <= id.lease_ms) {
-    idem.Fail("ttl", "(" + FormatDurationMs(id.ttl_ms) + ") must be longer than idempotency.lease (" +
+    idem.Fail("ttl", "(" + FormatDurationMs(id.ttl_ms) +
+                         ") must be longer than idempotency.lease (" +
                          FormatDurationMs(id.lease_ms) + ")");
   }
 }

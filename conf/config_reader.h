@@ -1,14 +1,14 @@
 // Typed, located access to one TOML section; every failure is a "FILE:LINE: key 'a.b': ..." error.
 #pragma once
 
+#include <toml++/toml.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <toml++/toml.h>
 
 namespace idemgate::conf {
 

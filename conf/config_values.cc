@@ -14,7 +14,8 @@ bool IsHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' &&
 
 // Leading decimal digits of `text` -> value (at most `max`); *rest gets what follows.
 // nullopt when there are no digits or the value exceeds `max`.
-std::optional<uint64_t> LeadingInteger(std::string_view text, uint64_t max, std::string_view* rest) {
+std::optional<uint64_t> LeadingInteger(std::string_view text, uint64_t max,
+                                       std::string_view* rest) {
   size_t i = 0;
   uint64_t value = 0;
   while (i < text.size() && IsDigit(text[i])) {
@@ -65,14 +66,15 @@ std::optional<uint16_t> ParsePort(std::string_view text, bool allow_zero, std::s
 }
 
 bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
-  return text.size() >= prefix.size() && conf::ToLowerAscii(text.substr(0, prefix.size())) == prefix;
+  return text.size() >= prefix.size() &&
+         conf::ToLowerAscii(text.substr(0, prefix.size())) == prefix;
 }
 
 }  // namespace
 
 std::optional<int64_t> ParseDurationMs(std::string_view text) {
-  static constexpr std::array<std::pair<std::string_view, int64_t>, 5> kUnits = {{
-      {"ms", 1}, {"s", 1'000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}}};
+  static constexpr std::array<std::pair<std::string_view, int64_t>, 5> kUnits = {
+      {{"ms", 1}, {"s", 1'000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}}};
   std::string_view unit;
   auto amount = LeadingInteger(text, std::numeric_limits<int64_t>::max(), &unit);
   if (!amount) return std::nullopt;
@@ -216,8 +218,8 @@ std::string ToLowerAscii(std::string_view text) {
 }
 
 std::string FormatDurationMs(int64_t ms) {
-  static constexpr std::array<std::pair<std::string_view, int64_t>, 4> kUnits = {{
-      {"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1'000}}};
+  static constexpr std::array<std::pair<std::string_view, int64_t>, 4> kUnits = {
+      {{"d", 86'400'000}, {"h", 3'600'000}, {"m", 60'000}, {"s", 1'000}}};
   for (const auto& [name, factor] : kUnits) {
     if (ms != 0 && ms % factor == 0) return std::to_string(ms / factor) + std::string(name);
   }

@@ -82,14 +82,33 @@ TEST(ShippedFiles, IdemgateTomlHoldsEveryDefault) {
 
 // Every key appears in conf/idemgate.toml under its section, with a comment line just above it.
 TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
-  const std::vector<std::string> keys = {
-      "listen.address", "listen.tls_cert", "listen.tls_key", "upstream.url", "upstream.ca_file",
-      "upstream.connect_timeout", "upstream.response_timeout", "idempotency.header",
-      "idempotency.methods", "idempotency.ttl", "idempotency.lease", "idempotency.require_key",
-      "idempotency.fingerprint_headers", "scope.header", "scope.secret_file", "store.path",
-      "store.sync", "limits.max_request_body", "limits.max_response_body",
-      "limits.max_header_bytes", "limits.client_timeout", "limits.idle_timeout",
-      "server.workers", "server.shutdown_grace", "admin.address", "admin.token", "log.access"};
+  const std::vector<std::string> keys = {"listen.address",
+                                         "listen.tls_cert",
+                                         "listen.tls_key",
+                                         "upstream.url",
+                                         "upstream.ca_file",
+                                         "upstream.connect_timeout",
+                                         "upstream.response_timeout",
+                                         "idempotency.header",
+                                         "idempotency.methods",
+                                         "idempotency.ttl",
+                                         "idempotency.lease",
+                                         "idempotency.require_key",
+                                         "idempotency.fingerprint_headers",
+                                         "scope.header",
+                                         "scope.secret_file",
+                                         "store.path",
+                                         "store.sync",
+                                         "limits.max_request_body",
+                                         "limits.max_response_body",
+                                         "limits.max_header_bytes",
+                                         "limits.client_timeout",
+                                         "limits.idle_timeout",
+                                         "server.workers",
+                                         "server.shutdown_grace",
+                                         "admin.address",
+                                         "admin.token",
+                                         "log.access"};
   std::istringstream in(ReadText(ConfDir() / "idemgate.toml"));
   std::vector<std::string> found;
   std::string section, line, previous;
@@ -115,16 +134,15 @@ TEST(ShippedFiles, DemoTomlRunsTheDemo) {
   EXPECT_FALSE(c.upstream.tls);
   EXPECT_EQ(c.store.path, "./data/demo");
   EXPECT_EQ(c.log.access, "stdout");
-  EXPECT_GT(c.idempotency.lease_ms,
-            c.upstream.connect_timeout_ms + c.upstream.response_timeout_ms);
+  EXPECT_GT(c.idempotency.lease_ms, c.upstream.connect_timeout_ms + c.upstream.response_timeout_ms);
 }
 
 class FullFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("conf_full_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
+           ("conf_full_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+            std::to_string(reinterpret_cast<uintptr_t>(this)));
     fs::create_directories(dir_ / "tls");
     WriteText(dir_ / "tls" / "cert.pem", "CERT");
     WriteText(dir_ / "tls" / "key.pem", "KEY");
@@ -225,7 +243,8 @@ workers = 64
 access = "off"
 [upstream]
 url = "http://[::1]"
-)", "small.toml");
+)",
+                               "small.toml");
   ASSERT_TRUE(r.ok()) << r.error;
   EXPECT_EQ(r.config->admin.address, "");
   EXPECT_EQ(r.config->server.workers, 64);

@@ -35,8 +35,7 @@ TEST(ConfigErrors, UnknownKeyIsNamed) {
 }
 
 TEST(ConfigErrors, UnknownSectionIsNamed) {
-  ExpectRefused("[listen]\n[upstreams]\nurl = \"http://a:1\"\n", 2, "upstreams",
-                "unknown section");
+  ExpectRefused("[listen]\n[upstreams]\nurl = \"http://a:1\"\n", 2, "upstreams", "unknown section");
   ExpectRefused("workers = 4\n", 1, "workers", "unknown section");
 }
 
@@ -51,8 +50,7 @@ TEST(ConfigErrors, WrongTypes) {
   ExpectRefused("[server]\nworkers = \"4\"\n", 2, "server.workers", "expected an integer");
   ExpectRefused("[idempotency]\nmethods = \"POST\"\n", 2, "idempotency.methods",
                 "expected an array of strings, got string");
-  ExpectRefused("[idempotency]\nmethods = [\"POST\", 1]\n", 2, "idempotency.methods",
-                "integer");
+  ExpectRefused("[idempotency]\nmethods = [\"POST\", 1]\n", 2, "idempotency.methods", "integer");
   ExpectRefused("[limits]\nmax_request_body = 1.5\n", 2, "limits.max_request_body", "got float");
   ExpectRefused("[listen]\naddress = 8080\n", 2, "listen.address", "expected a string");
 }
@@ -91,8 +89,7 @@ TEST(ConfigErrors, BadAddresses) {
 TEST(ConfigErrors, BadUpstreamUrls) {
   ExpectRefused("[upstream]\nurl = \"ftp://127.0.0.1:9000\"\n", 2, "upstream.url",
                 "http:// or https://");
-  ExpectRefused("[upstream]\nurl = \"http://127.0.0.1:9000/v1\"\n", 2, "upstream.url",
-                "no path");
+  ExpectRefused("[upstream]\nurl = \"http://127.0.0.1:9000/v1\"\n", 2, "upstream.url", "no path");
   ExpectRefused("[upstream]\nurl = \"127.0.0.1:9000\"\n", 2, "upstream.url", "http://");
   ExpectRefused("[upstream]\nurl = \"http://127.0.0.1:0\"\n", 2, "upstream.url", "port 0");
 }
@@ -124,11 +121,10 @@ TEST(ConfigErrors, HeaderNamesAndPrefixes) {
 }
 
 TEST(ConfigErrors, LeaseMustOutliveTheUpstreamTimeouts) {
-  ExpectRefused(
-      "[upstream]\nresponse_timeout = \"30s\"\n\n[idempotency]\nlease = \"30s\"\n", 5,
-      "idempotency.lease",
-      "(30s) must be longer than upstream.connect_timeout + upstream.response_timeout "
-      "(5s + 30s = 35s)");
+  ExpectRefused("[upstream]\nresponse_timeout = \"30s\"\n\n[idempotency]\nlease = \"30s\"\n", 5,
+                "idempotency.lease",
+                "(30s) must be longer than upstream.connect_timeout + upstream.response_timeout "
+                "(5s + 30s = 35s)");
   // The lease left at its default: the line is that of the timeout that made it too short.
   ExpectRefused("[upstream]\nconnect_timeout = \"1s\"\nresponse_timeout = \"29s\"\n", 3,
                 "idempotency.lease", "(1s + 29s = 30s)");
@@ -151,8 +147,8 @@ TEST(ConfigErrors, TlsCertAndKeyGoTogether) {
   ExpectRefused("[listen]\ntls_key = \"" + cert.string() + "\"\n", 2, "listen.tls_key",
                 "listen.tls_cert is not");
   fs::remove(cert);
-  ExpectRefused("[listen]\ntls_cert = \"/nonexistent/cert.pem\"\ntls_key = \"/nonexistent/k\"\n",
-                2, "listen.tls_cert", "cannot read \"/nonexistent/cert.pem\"");
+  ExpectRefused("[listen]\ntls_cert = \"/nonexistent/cert.pem\"\ntls_key = \"/nonexistent/k\"\n", 2,
+                "listen.tls_cert", "cannot read \"/nonexistent/cert.pem\"");
 }
 
 TEST(ConfigErrors, SecretFileMustBeReadableAndNotEmpty) {
