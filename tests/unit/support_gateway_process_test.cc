@@ -35,10 +35,10 @@ TEST(TempDir, WritesReadsAndRemovesItself) {
 TEST(GatewayProcess, FindsEachListeningPortByPrefixAndCapturesStderr) {
   TempDir dir;
   std::string script = WriteScript(dir,
+      "trap 'echo bye; exit 0' TERM\n"  // before the port lines: the test signals after them
       "echo 'starting' >&2\n"
       "echo 'admin listening on 127.0.0.1:9901'\n"
       "echo 'listening on 0.0.0.0:18080'\n"
-      "trap 'echo bye; exit 0' TERM\n"
       "while true; do sleep 1 & wait $!; done\n");
   GatewayProcess proc;
   ASSERT_TRUE(proc.Start(script, {}));
