@@ -1,0 +1,100 @@
+// Integration fixture: the real gateway binary in front of a FakeUpstream or the demo API, with
+// RocksDB in a temp dir, on port 0. Helpers to write its config and send requests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/support/demo_api.h"
+#include "tests/support/fake_upstream.h"
+#include "tests/support/gateway_process.h"
+#include "tests/support/http_client.h"
+#include "tests/support/temp_dir.h"
+
+namespace idemgate::test {
+
+inline const HeaderList kMerchant = {{"Authorization", "Bearer merchant-demo"}};
+
+// The F1 fingerprint prefix, computed here independently of the gateway's code.
+inline std::string ExpectedFingerprintPrefix(std::string_view method, std::string_view target,
+                                             std::string_view body) {
+  std::string input;
+  for (std::string_view part : {method, target, body}) {
+    uint64_t n = part.size();
+    for (int i = 7; i >= 0; --i) input.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    input.append(part);
+  }
+  unsigned char md[32];
+  unsigned int len = 0;
+  EVP_Digest(input.data(), input.size(), md, &len, EVP_sha256(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    out.push_back(hex[md[i] >> 4]);
+    out.push_back(hex[md[i] & 15]);
+  }
+  return out;
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(upstream_.Start());
+    upstream_.SetBehavior(UpstreamBehavior::Respond(
+        201, R"({"id":"pi_1","state":"created"})", {{"Content-Type", "application/json"}}));
+    Set("listen", "address", "\"127.0.0.1:0\"");
+    Set("upstream", "url", "\"http://127.0.0.1:" + std::to_string(upstream_.port()) + "\"");
+    Set("store", "path", "\"" + dir_.Path("data") + "\"");
+    Set("server", "workers", "2");
+    Set("log", "access", "\"off\"");
+    Set("admin", "address", "\"\"");
+  }
+
+  // Sets a config key to a TOML literal, e.g. Set("idempotency", "lease", "\"2s\"").
+  void Set(const std::string& section, const std::string& key, const std::string& literal) {
+    sections_[section][key] = literal;
+  }
+
+  std::string ConfigText() const {
+    std::string text;
+    for (const auto& [section, keys] : sections_) {
+      text += "[" + section + "]\n";
+      for (const auto& [key, literal] : keys) text += key + " = " + literal + "\n";
+    }
+    return text;
+  }
+
+  // Writes the config and starts the gateway; the port is in port_.
+  void StartGateway() {
+    std::string path = dir_.WriteFile("idemgate.toml", ConfigText());
+    ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", path})) << gateway_.error();
+    port_ = gateway_.WaitForPort();
+    ASSERT_NE(port_, 0) << gateway_.log();
+  }
+
+  void RestartGateway() {
+    gateway_.Kill(SIGKILL);
+    gateway_.Wait();
+    StartGateway();
+  }
+
+  HttpResponse Post(std::string_view key, std::string_view body,
+                    std::string_view target = "/v1/payment_intents",
+                    HeaderList headers = kMerchant) {
+    if (!key.empty()) headers.emplace_back("Idempotency-Key", std::string(key));
+    TestClient client(port_);
+    return client.Request("POST", target, headers, body);
+  }
+
+  TempDir dir_;
+  FakeUpstream upstream_;
+  GatewayProcess gateway_;
+  uint16_t port_ = 0;
+  std::map<std::string, std::map<std::string, std::string>> sections_;
+};
+
+}  // namespace idemgate::test
