@@ -3,9 +3,9 @@
 
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
+#include <netinet/in.h>
 #include <openssl/rand.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 
 #include <cctype>
 #include <ctime>

@@ -55,8 +55,7 @@ class DemoApi {
   static void OnDelayElapsed(evutil_socket_t, short, void* arg);
   void HandlePost(evhttp_request* req);
   void HandleGet(evhttp_request* req, std::string_view path);
-  void Reply(evhttp_request* req, int status, const std::string& body,
-             const std::string& location);
+  void Reply(evhttp_request* req, int status, const std::string& body, const std::string& location);
   std::string CreateIntent(const std::string& amount, std::string* id);
 
   Options options_;
@@ -67,8 +66,8 @@ class DemoApi {
   std::atomic<int64_t> executions_{0};
   std::atomic<int64_t> created_{0};
   std::mutex mu_;
-  std::condition_variable cv_;  // signalled on every execution
-  std::map<std::string, std::string> intents_;  // id -> JSON; guarded by mu_
+  std::condition_variable cv_;                            // signalled on every execution
+  std::map<std::string, std::string> intents_;            // id -> JSON; guarded by mu_
   std::map<Pending*, std::unique_ptr<Pending>> pending_;  // loop thread only
 };
 

@@ -82,9 +82,7 @@ std::optional<std::string> RecordedRequest::Header(std::string_view name) const 
   return FindHeader(headers, name);
 }
 
-int RecordedRequest::HeaderCount(std::string_view name) const {
-  return CountHeader(headers, name);
-}
+int RecordedRequest::HeaderCount(std::string_view name) const { return CountHeader(headers, name); }
 
 struct FakeUpstream::Conn {
   FakeUpstream* owner = nullptr;
@@ -108,10 +106,10 @@ bool FakeUpstream::Start() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  listener_.reset(evconnlistener_new_bind(
-      base_.get(), &FakeUpstream::OnAccept, this,
-      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
-      reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
+  listener_.reset(
+      evconnlistener_new_bind(base_.get(), &FakeUpstream::OnAccept, this,
+                              LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                              128, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)));
   if (!listener_) {
     base_.reset();
     return false;
@@ -307,7 +305,8 @@ void FakeUpstream::WriteResponse(Conn* conn, const UpstreamBehavior& b) {
   std::string out;
   if (b.action == UpstreamAction::kInterim100) out = "HTTP/1.1 100 Continue\r\n\r\n";
   out += StatusHead(b);
-  bool framed = FindHeader(b.headers, "Content-Length") || FindHeader(b.headers, "Transfer-Encoding");
+  bool framed =
+      FindHeader(b.headers, "Content-Length") || FindHeader(b.headers, "Transfer-Encoding");
   if (!conn->keep_alive || b.action == UpstreamAction::kCloseDelimited) {
     if (!FindHeader(b.headers, "Connection")) out += "Connection: close\r\n";
   }

@@ -20,7 +20,6 @@
 
 namespace idemgate::test {
 
-
 // What the upstream does once it has read a whole request.
 enum class UpstreamAction {
   kRespond,            // status, headers, body with Content-Length; keep-alive honoured
@@ -116,11 +115,11 @@ class FakeUpstream {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  UpstreamBehavior behavior_;                 // guarded by mu_
-  std::deque<UpstreamBehavior> queued_;       // guarded by mu_
-  std::vector<RecordedRequest> received_;     // guarded by mu_
-  int connections_accepted_ = 0;              // guarded by mu_
-  int connections_open_ = 0;                  // guarded by mu_
+  UpstreamBehavior behavior_;              // guarded by mu_
+  std::deque<UpstreamBehavior> queued_;    // guarded by mu_
+  std::vector<RecordedRequest> received_;  // guarded by mu_
+  int connections_accepted_ = 0;           // guarded by mu_
+  int connections_open_ = 0;               // guarded by mu_
 };
 
 }  // namespace idemgate::test

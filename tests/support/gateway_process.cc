@@ -128,7 +128,8 @@ bool GatewayProcess::Start(const std::string& binary, const std::vector<std::str
   reader_ = std::thread([this] { ReadOutput(); });
   int err = 0;
   ssize_t n;
-  while ((n = read(report_r.get(), &err, sizeof(err))) < 0 && errno == EINTR) {}
+  while ((n = read(report_r.get(), &err, sizeof(err))) < 0 && errno == EINTR) {
+  }
   if (n == sizeof(err)) {
     error_ = "exec " + binary + ": " + std::strerror(err);
     Wait(std::chrono::seconds(10));
@@ -202,7 +203,8 @@ std::optional<ExitStatus> GatewayProcess::Wait(Ms timeout) {
   }
   int raw = 0;
   pid_t r;
-  while ((r = waitpid(pid_, &raw, pidfd_.valid() ? WNOHANG : 0)) < 0 && errno == EINTR) {}
+  while ((r = waitpid(pid_, &raw, pidfd_.valid() ? WNOHANG : 0)) < 0 && errno == EINTR) {
+  }
   if (r != pid_) return std::nullopt;
   pid_ = -1;
   pidfd_.Reset();

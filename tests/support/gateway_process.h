@@ -57,7 +57,7 @@ class GatewayProcess {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
 
-  std::string log() const;                     // everything captured so far
+  std::string log() const;                             // everything captured so far
   const std::string& error() const { return error_; }  // why Start failed
 
   static constexpr Ms kStartTimeout = std::chrono::seconds(10);
@@ -68,8 +68,8 @@ class GatewayProcess {
 
   pid_t pid_ = -1;
   UniqueFd pidfd_;
-  UniqueFd out_;      // read end of the child's stdout+stderr
-  UniqueFd wake_r_;   // tells the reader to drain and stop
+  UniqueFd out_;     // read end of the child's stdout+stderr
+  UniqueFd wake_r_;  // tells the reader to drain and stop
   UniqueFd wake_w_;
   std::thread reader_;
   std::string error_;
@@ -77,7 +77,7 @@ class GatewayProcess {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::string log_;         // guarded by mu_
+  std::string log_;             // guarded by mu_
   bool output_closed_ = false;  // guarded by mu_
 };
 

@@ -63,7 +63,8 @@ BodyState DecodeChunked(std::string_view data, std::string* body, size_t* consum
     size_t size = 0;
     for (char c : size_line) {
       int lower = c | 0x20;
-      int d = c >= '0' && c <= '9' ? c - '0' : (lower >= 'a' && lower <= 'f' ? lower - 'a' + 10 : -1);
+      int d =
+          c >= '0' && c <= '9' ? c - '0' : (lower >= 'a' && lower <= 'f' ? lower - 'a' + 10 : -1);
       if (d < 0 || size > (size_t{1} << 40)) return BodyState::kBad;
       size = size * 16 + static_cast<size_t>(d);
     }
@@ -231,8 +232,8 @@ std::string TestClient::BuildRequest(const RequestSpec& spec, std::string_view h
   std::string out = spec.method + " " + spec.target + " HTTP/1.1\r\n";
   if (!FindHeader(spec.headers, "Host")) out += "Host: " + std::string(host) + "\r\n";
   for (const auto& [name, value] : spec.headers) out += name + ": " + value + "\r\n";
-  bool framed = FindHeader(spec.headers, "Content-Length") ||
-                FindHeader(spec.headers, "Transfer-Encoding");
+  bool framed =
+      FindHeader(spec.headers, "Content-Length") || FindHeader(spec.headers, "Transfer-Encoding");
   bool has_body_method = spec.method == "POST" || spec.method == "PUT" || spec.method == "PATCH";
   if (!framed && (!spec.body.empty() || has_body_method)) {
     out += "Content-Length: " + std::to_string(spec.body.size()) + "\r\n";

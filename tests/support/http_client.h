@@ -18,9 +18,9 @@ struct HttpResponse {
   int status = 0;  // 0 when no complete response arrived (see error)
   std::string version;
   std::string reason;
-  HeaderList headers;  // in arrival order, names as sent
-  std::string body;    // de-chunked
-  std::string raw;     // the exact bytes: status line, headers, body as framed on the wire
+  HeaderList headers;       // in arrival order, names as sent
+  std::string body;         // de-chunked
+  std::string raw;          // the exact bytes: status line, headers, body as framed on the wire
   std::string interim_raw;  // 1xx responses that Request() read before this one, as bytes
   // Empty on success; otherwise "timeout", "eof" (closed before a complete response), "reset",
   // "malformed", "not connected", "send failed", "connect failed". `raw` then holds what came.

@@ -104,8 +104,8 @@ TEST(DemoApiDelay, DelaysTheAnswerButCountsOnArrival) {
   DemoApi api;
   ASSERT_TRUE(api.Start(DemoApi::Options{"127.0.0.1", 0, 300}));
   TestClient c(api.port());
-  ASSERT_TRUE(c.SendRaw(TestClient::BuildRequest({"POST", "/v1/payment_intents", kJson,
-                                                  R"({"amount":"5"})"})));
+  ASSERT_TRUE(c.SendRaw(
+      TestClient::BuildRequest({"POST", "/v1/payment_intents", kJson, R"({"amount":"5"})"})));
   ASSERT_TRUE(api.WaitForExecutions(1));  // counted on arrival, before the answer
   EXPECT_EQ(c.ReadResponse(std::chrono::milliseconds(50)).error, "timeout");
   EXPECT_EQ(c.ReadResponse().status, 201);
@@ -115,8 +115,8 @@ TEST(DemoApiDelay, StopWithAPendingAnswerIsClean) {
   DemoApi api;
   ASSERT_TRUE(api.Start(DemoApi::Options{"127.0.0.1", 0, 60'000}));
   TestClient c(api.port());
-  ASSERT_TRUE(c.SendRaw(TestClient::BuildRequest({"POST", "/v1/payment_intents", kJson,
-                                                  R"({"amount":"5"})"})));
+  ASSERT_TRUE(c.SendRaw(
+      TestClient::BuildRequest({"POST", "/v1/payment_intents", kJson, R"({"amount":"5"})"})));
   ASSERT_EQ(c.ReadResponse(std::chrono::milliseconds(50)).error, "timeout");
   api.Stop();
   EXPECT_TRUE(c.IsClosed());

@@ -27,15 +27,16 @@ class FakeUpstreamTest : public ::testing::Test {
 
 TEST_F(FakeUpstreamTest, RespondsAndRecordsTheRequest) {
   up_.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":1})", {{"Location", "/v1/x/1"}}));
-  HttpResponse r = client_.Request("POST", "/v1/x?q=1",
-                                   {{"Idempotency-Key", "order-1"}, {"X-Forwarded-For", "10.0.0.1"}},
-                                   "hello");
+  HttpResponse r =
+      client_.Request("POST", "/v1/x?q=1",
+                      {{"Idempotency-Key", "order-1"}, {"X-Forwarded-For", "10.0.0.1"}}, "hello");
   ASSERT_EQ(r.status, 201) << ::testing::PrintToString(r);
   EXPECT_EQ(r.reason, "Created");
   EXPECT_EQ(r.Header("location"), "/v1/x/1");
   EXPECT_EQ(r.Header("Content-Length"), "8");
   EXPECT_EQ(r.body, R"({"id":1})");
-  EXPECT_EQ(r.raw, "HTTP/1.1 201 Created\r\nLocation: /v1/x/1\r\nContent-Length: 8\r\n\r\n{\"id\":1}");
+  EXPECT_EQ(r.raw,
+            "HTTP/1.1 201 Created\r\nLocation: /v1/x/1\r\nContent-Length: 8\r\n\r\n{\"id\":1}");
   ASSERT_EQ(up_.requests(), 1);
   RecordedRequest got = *up_.last_request();
   EXPECT_EQ(got.method, "POST");

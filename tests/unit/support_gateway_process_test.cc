@@ -34,7 +34,8 @@ TEST(TempDir, WritesReadsAndRemovesItself) {
 
 TEST(GatewayProcess, FindsEachListeningPortByPrefixAndCapturesStderr) {
   TempDir dir;
-  std::string script = WriteScript(dir,
+  std::string script = WriteScript(
+      dir,
       "trap 'echo bye; exit 0' TERM\n"  // before the port lines: the test signals after them
       "echo 'starting' >&2\n"
       "echo 'admin listening on 127.0.0.1:9901'\n"

@@ -46,7 +46,8 @@ std::vector<std::string> Bytewise(std::string_view s) {
   return out;
 }
 
-const std::string kLength = "HTTP/1.1 201 Created\r\nLocation: /a\r\nContent-Length: 5\r\n\r\nhello";
+const std::string kLength =
+    "HTTP/1.1 201 Created\r\nLocation: /a\r\nContent-Length: 5\r\n\r\nhello";
 const std::string kChunked =
     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     "4;ext=1\r\nwiki\r\n5\r\npedia\r\nA\r\n in chunks\r\n0\r\nX-Trailer: t\r\n\r\n";
@@ -144,9 +145,9 @@ TEST(TestClient, BuildRequestAddsHostAndContentLength) {
             "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n");
   EXPECT_EQ(TestClient::BuildRequest({"GET", "/", {{"host", "x"}}, ""}, "h"),
             "GET / HTTP/1.1\r\nhost: x\r\n\r\n");
-  EXPECT_EQ(TestClient::BuildRequest({"POST", "/", {{"Transfer-Encoding", "chunked"}},
-                                      "0\r\n\r\n"}, "h"),
-            "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(
+      TestClient::BuildRequest({"POST", "/", {{"Transfer-Encoding", "chunked"}}, "0\r\n\r\n"}, "h"),
+      "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
 }
 
 }  // namespace
