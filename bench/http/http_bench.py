@@ -1,0 +1,266 @@
+# scripts/bench http: nginx baseline vs idemgate on loopback with wrk; prints a Markdown report.
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import benchlib as B
+
+SCENARIOS = ["passthrough", "fresh", "replay", "conflict"]
+TARGETS_RATIO = {"passthrough": 1.0, "fresh": 0.75, "replay": 1.5}
+MIB = 1024.0
+
+
+def log(msg):
+    print("[bench http %s] %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="scripts/bench http")
+    p.add_argument("--duration", type=int, default=10, help="seconds per wrk run (default 10)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    p.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
+    p.add_argument("--connections", type=int, default=64, help="wrk connections (default 64)")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
+    p.add_argument("--workers2", type=int, default=1, help="1: also measure workers=2 (default)")
+    p.add_argument("--replay-keys", type=int, default=1000, help="keys pre-created for replay")
+    p.add_argument("--fill", type=int, default=1000000,
+                   help="records to store before reading RSS (0 = skip; default 1000000)")
+    p.add_argument("--fill-max-seconds", type=int, default=900, help="bound on the fill phase")
+    p.add_argument("--perf", metavar="DIR", default="",
+                   help="after the rounds, perf-record idemgate (workers=1) under passthrough "
+                        "and fresh for --duration s each; data and reports go to DIR")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
+    p.add_argument("--bin", required=True, help="idemgate binary")
+    return p.parse_args(argv)
+
+
+class Target:
+    def __init__(self, name, port, proc, pids_fn):
+        self.name, self.port, self.proc, self.pids = name, port, proc, pids_fn
+
+
+def start_nginx(procs, tmp, template, name, values):
+    conf = B.render(template, os.path.join(tmp, name + ".conf"), values)
+    return procs.start(["nginx", "-e", os.path.join(tmp, name + ".error.log"), "-p", tmp,
+                        "-c", conf], os.path.join(tmp, name + ".out"))
+
+
+def start_idemgate(procs, args, tmp, name, upstream_port, workers):
+    port = B.free_ports(1)[0]
+    store = os.path.join(tmp, "store-" + name)
+    conf = B.render("idemgate.toml", os.path.join(tmp, name + ".toml"),
+                    {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store,
+                     "WORKERS": workers})
+    out = os.path.join(tmp, name + ".out")
+    p = procs.start([args.bin, "--config", conf], out)
+    B.wait_line(out, "listening on", p)
+    return Target(name, port, p, lambda: [p.pid]), store
+
+
+def check(cond, msg):
+    if not cond:
+        raise RuntimeError(msg)
+
+
+def run_one(args, tmp, target, scenario, prefix, upstream_pids):
+    pids = target.pids()
+    c0, u0 = B.cpu_seconds(pids), B.cpu_seconds(upstream_pids())
+    r = B.run_wrk(target.port, scenario, prefix, args.duration, args.threads, args.connections,
+                  args.replay_keys, log=os.path.join(tmp, "wrk.log"))
+    n = max(r["requests"], 1)
+    r["cpu_us"] = (B.cpu_seconds(pids) - c0) * 1e6 / n
+    r["up_cpu_us"] = (B.cpu_seconds(upstream_pids()) - u0) * 1e6 / n
+    r["load"] = B.loadavg()
+    log("%-11s %-12s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  non2xx %d  timeouts %d  "
+        "cpu %.1f us/req  load %s" % (scenario, target.name, r["rps"], r["p50_us"] / 1e3,
+                                      r["p99_us"] / 1e3, r["status_errors"], r["timeout"],
+                                      r["cpu_us"], r["load"]))
+    return r
+
+
+def rounds(args, tmp, targets, upstream_pids, results, fsync_samples, store_dir):
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    for rnd in range(args.rounds):
+        for sc in scenarios:
+            order = targets if rnd % 2 == 0 else list(reversed(targets))
+            for t in order:
+                prefix = "%s-r%d-%s" % (sc, rnd, t.name)
+                results.setdefault((sc, t.name), []).append(
+                    run_one(args, tmp, t, sc, prefix, upstream_pids))
+                if sc == "conflict" and t.name != "nginx":
+                    st, _, body = B.post(t.port, "/slow/payments",
+                                         {"Content-Type": "application/json",
+                                          "Authorization": "Bearer sk_bench",
+                                          "Idempotency-Key": prefix + "-3"}, B.REQ_BODY)
+                    log("conflict check on %s: %d %s" % (t.name, st, body[:60]))
+        fsync_samples.append(B.fdatasync_probe(store_dir, 100))
+        log("round %d done; fdatasync p50 %.2f p99 %.2f ms" % (rnd, *fsync_samples[-1][:2]))
+
+
+def fill(args, procs, tmp, upstream_port):
+    t, store = start_idemgate(procs, args, tmp, "idemgate-fill", upstream_port, 1)
+    stored, runs, start = 0, 0, time.monotonic()
+    rps = 0.0
+    while stored < args.fill and time.monotonic() - start < args.fill_max_seconds:
+        left = args.fill - stored
+        dur = 30 if rps == 0 else int(min(120, max(5, left / rps * 1.02 + 1)))
+        r = B.run_wrk(t.port, "fresh", "fill%d" % runs, dur, args.threads, args.connections,
+                      log=os.path.join(tmp, "wrk-fill.log"))
+        stored += r["requests"] - r["status_errors"]
+        rps = r["rps"]
+        runs += 1
+        log("fill: %d records stored (%.0f req/s, RSS %.1f MiB)"
+            % (stored, rps, B.proc_status_kib(t.proc.pid, "VmRSS") / MIB))
+    rss = B.proc_status_kib(t.proc.pid, "VmRSS")
+    hwm = B.proc_status_kib(t.proc.pid, "VmHWM")
+    du = subprocess.run(["du", "-sk", store], capture_output=True, text=True).stdout.split()[0]
+    procs.stop(t.proc)
+    return {"stored": stored, "rss": rss, "hwm": hwm, "du_kib": int(du),
+            "seconds": time.monotonic() - start}
+
+
+def profile(args, tmp, target, upstream_pids):
+    os.makedirs(args.perf, exist_ok=True)
+    for sc in ["passthrough", "fresh"]:
+        data = os.path.join(args.perf, "perf-%s.data" % sc)
+        perf = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384",
+                                 "-p", str(target.proc.pid), "-o", data, "--", "sleep",
+                                 str(args.duration)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        run_one(args, tmp, target, sc, "perf-" + sc, upstream_pids)
+        perf.wait()
+        for mode, extra in [("self", ["--no-children"]), ("children", ["--children"])]:
+            with open(os.path.join(args.perf, "report-%s-%s.txt" % (sc, mode)), "w") as f:
+                subprocess.run(["perf", "report", "-i", data, "--stdio", "--percent-limit", "0.7",
+                                "-g", "none"] + extra, stdout=f, stderr=subprocess.DEVNULL)
+        log("perf data for %s in %s" % (sc, data))
+
+
+def med(rs, key):
+    return statistics.median(r[key] for r in rs)
+
+
+def report(args, results, names, fsync, hwm, filled, load0, load1, cmd):
+    out = []
+    for name in names[1:]:
+        out.append("\n### idemgate %s vs nginx (medians of %d rounds, %ds each, wrk -t%d -c%d)\n"
+                   % ("workers=1" if name == "idemgate" else "workers=2", args.rounds,
+                      args.duration, args.threads, args.connections))
+        out.append("| scenario | nginx req/s | idemgate req/s | ratio | nginx p50/p99 ms "
+                   "| idemgate p50/p99 ms | idemgate CPU us/req | idemgate non-2xx | target |")
+        out.append("|---|---:|---:|---:|---|---|---:|---:|---|")
+        for sc in [s for s in SCENARIOS if (s, name) in results]:
+            n, g = results[(sc, "nginx")], results[(sc, name)]
+            ratio = med(g, "rps") / med(n, "rps")
+            target = ""
+            if sc in TARGETS_RATIO:
+                target = ">= %.2fx %s" % (TARGETS_RATIO[sc],
+                                          "met" if ratio >= TARGETS_RATIO[sc] else "MISSED")
+            if sc == "fresh":
+                ok = med(g, "p99_us") <= med(n, "p99_us") + 1000
+                target += "; p99 <= nginx+1ms %s" % ("met" if ok else "MISSED")
+            nonok = sum(r["status_errors"] for r in g) / max(sum(r["requests"] for r in g), 1)
+            out.append("| %s | %.0f | %.0f | %.2fx | %.2f / %.2f | %.2f / %.2f | %.1f | %.1f%% | %s |"
+                       % (sc, med(n, "rps"), med(g, "rps"), ratio, med(n, "p50_us") / 1e3,
+                          med(n, "p99_us") / 1e3, med(g, "p50_us") / 1e3, med(g, "p99_us") / 1e3,
+                          med(g, "cpu_us"), nonok * 100, target))
+    out.append("\nPer-round req/s (nginx | idemgate | idemgate w2), nginx CPU us/req:")
+    for sc in SCENARIOS:
+        if (sc, "nginx") not in results:
+            continue
+        rows = [" / ".join("%.0f" % r["rps"] for r in results[(sc, n)]) for n in names]
+        out.append("- %s: %s; nginx proxy CPU %.1f us/req" %
+                   (sc, " | ".join(rows), med(results[(sc, "nginx")], "cpu_us")))
+    out.append("\nconflict: nginx forwards every request to a fast origin location (201), "
+               "idemgate answers 409 from the in-flight record without going upstream; the ratio "
+               "compares one proxied round trip with one local 409.")
+    for name, kib in hwm.items():
+        out.append("- peak RSS (VmHWM) %s during the rounds: %.1f MiB" % (name, kib / MIB))
+    if filled:
+        ok = filled["rss"] / MIB <= 150
+        out.append("- RSS after %d records stored (workers=1, -c%d, %.0f s fill): VmRSS %.1f MiB, "
+                   "VmHWM %.1f MiB, store on disk %.1f MiB; target <= 150 MiB %s"
+                   % (filled["stored"], args.connections, filled["seconds"], filled["rss"] / MIB,
+                      filled["hwm"] / MIB, filled["du_kib"] / MIB, "met" if ok else "MISSED"))
+    for label, s in fsync:
+        out.append("- fdatasync (64 B append) %s: p50 %.2f ms, p99 %.2f ms, mean %.2f ms"
+                   % (label, *s))
+    out.append("- load average (1/5/15 min): start %s, end %s; %d cores" % (load0, load1,
+                                                                          os.cpu_count()))
+    out.append("- command: `%s`" % cmd)
+    return "\n".join(out)
+
+
+def main(argv):
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmp = tempfile.mkdtemp(prefix="idemgate-bench-")
+    procs = B.Procs()
+    hole = B.black_hole()
+    load0 = B.loadavg()
+    log("temp dir %s; load %s" % (tmp, load0))
+    try:
+        up_port, px_port = B.free_ports(2)
+        user = "user root;" if os.geteuid() == 0 else ""
+        vals = {"USER": user, "DIR": tmp, "UPSTREAM_PORT": up_port, "PROXY_PORT": px_port,
+                "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
+        up = start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
+        B.wait_port(up_port, up)
+        px = start_nginx(procs, tmp, "nginx_proxy.conf", "proxy", vals)
+        B.wait_port(px_port, px)
+        upstream_pids = lambda: [up.pid] + B.children(up.pid)
+        targets = [Target("nginx", px_port, px, lambda: [px.pid] + B.children(px.pid))]
+        g1, store1 = start_idemgate(procs, args, tmp, "idemgate", up_port, 1)
+        targets.append(g1)
+        if args.workers2:
+            targets.append(start_idemgate(procs, args, tmp, "idemgate-w2", up_port, 2)[0])
+        for t in targets:
+            st, _, body = B.post(t.port, "/v1/payments", {"Content-Type": "application/json"})
+            check(st == 201 and len(body) == len(B.BODY), "%s: %d %r" % (t.name, st, body[:80]))
+            if t.name != "nginx":
+                counts = B.preload_replay(t.port, args.replay_keys)
+                check(counts == {201: args.replay_keys}, "%s preload: %s" % (t.name, counts))
+                st, hdrs, _ = B.post(t.port, "/v1/payments",
+                                     {"Content-Type": "application/json",
+                                      "Authorization": "Bearer sk_bench",
+                                      "Idempotency-Key": "replay-7"}, B.REQ_BODY)
+                check(st == 201 and hdrs.get("Idempotent-Replayed") == "true",
+                      "%s replay check: %d %s" % (t.name, st, hdrs))
+        log("origin 201 with %d-byte body; %d replay keys completed" % (len(B.BODY),
+                                                                       args.replay_keys))
+        fsync = [("before the rounds", B.fdatasync_probe(store1))]
+        per_round = []
+        results = {}
+        rounds(args, tmp, targets, upstream_pids, results, per_round, store1)
+        if per_round:
+            fsync.append(("after each round (median of round medians)",
+                          tuple(statistics.median(s[i] for s in per_round) for i in range(3))))
+        hwm = {t.name: B.proc_status_kib(t.proc.pid, "VmHWM") for t in targets[1:]}
+        if args.perf:
+            profile(args, tmp, g1, upstream_pids)
+        for t in targets[1:]:
+            procs.stop(t.proc)
+        filled = fill(args, procs, tmp, up_port) if args.fill > 0 else None
+        load1 = B.loadavg()
+        cmd = os.environ.get("BENCH_CMD", "scripts/bench http " + " ".join(argv))
+        print(report(args, results, [t.name for t in targets], fsync, hwm, filled, load0, load1,
+                     cmd))
+        return 0
+    finally:
+        procs.stop_all()
+        hole.close()
+        if args.keep:
+            log("kept %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
