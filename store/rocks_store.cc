@@ -185,8 +185,10 @@ LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key) {
   LookupResult out;
   std::string value;
   {
-    std::shared_lock lock(db_mu_);
-    if (!db_) {
+    // Never wait: while the writer swaps the DB after a fault (Recover), the event loop calling
+    // this must not block; kError sends the caller to Claim, which reports the store's state.
+    std::shared_lock lock(db_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || !db_) {
       out.outcome = LookupOutcome::kError;
       return out;
     }
