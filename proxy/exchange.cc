@@ -1,7 +1,9 @@
 // The life of one request (see exchange.h and README "Life of a request").
 #include "proxy/exchange.h"
 
+#include "proxy/access_log.h"
 #include "proxy/client_conn.h"
+#include "proxy/metrics.h"
 #include "proxy/worker.h"
 
 namespace idemgate {
@@ -96,8 +98,13 @@ void Exchange::Claim() {
   claim.fingerprint = guard_.fingerprint;
   claim.lease_ms = config_->idempotency.lease_ms;
   claim.ttl_ms = config_->idempotency.ttl_ms;
-  worker_->gateway().store->Claim(std::move(claim), [this](ClaimResult result) {
-    OnLoop([this, result = std::move(result)]() mutable { OnClaim(std::move(result)); });
+  Steady::time_point start = Steady::now();
+  worker_->gateway().store->Claim(std::move(claim), [this, start](ClaimResult result) {
+    int64_t us = MicrosSince(start);
+    OnLoop([this, us, result = std::move(result)]() mutable {
+      worker_->RecordStoreOp(StoreOp::kClaim, us);
+      OnClaim(std::move(result));
+    });
   });
 }
 
@@ -137,6 +144,8 @@ void Exchange::Forward() {
 
 void Exchange::OnUpstream(UpstreamResult result) {
   upstream_us_ = MicrosSince(upstream_started_);
+  upstream_error_kind_ = result.error;
+  if (result.error == UpstreamError::kNone) upstream_status_ = result.response.status;
   bool guarded = outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover;
   StoredResponse response;
   switch (result.error) {
@@ -150,10 +159,12 @@ void Exchange::OnUpstream(UpstreamResult result) {
     case UpstreamError::kFailed:
     case UpstreamError::kTooLarge:  // indeterminate: stored as the result (R4)
       upstream_error_ = result.detail;
+      error_ = ErrorCode::kUpstreamFailed;
       response = MakeErrorResponse(ErrorCode::kUpstreamFailed);
       break;
     case UpstreamError::kTimeout:
       upstream_error_ = result.detail;
+      error_ = ErrorCode::kUpstreamTimeout;
       response = MakeErrorResponse(ErrorCode::kUpstreamTimeout);
       break;
   }
@@ -163,13 +174,19 @@ void Exchange::OnUpstream(UpstreamResult result) {
 
 void Exchange::CompleteWith(StoredResponse response) {
   pending_ = std::move(response);
-  worker_->gateway().store->Complete(token_, pending_, [this](StoreStatus status) {
-    OnLoop([this, status = std::move(status)]() { OnComplete(status); });
+  Steady::time_point start = Steady::now();
+  worker_->gateway().store->Complete(token_, pending_, [this, start](StoreStatus status) {
+    int64_t us = MicrosSince(start);
+    OnLoop([this, us, status = std::move(status)]() {
+      worker_->RecordStoreOp(StoreOp::kComplete, us);
+      OnComplete(status);
+    });
   });
 }
 
 void Exchange::OnComplete(const StoreStatus& status) {
   if (status.ok()) return Respond(pending_, false);
+  error_.reset();  // the upstream's error (if any) is not what the client gets
   if (status.code == StoreCode::kStaleClaim) {
     // C3: this attempt was taken over; only the new owner's result may leave the gateway.
     outcome_ = Outcome::kInFlight;
@@ -179,12 +196,18 @@ void Exchange::OnComplete(const StoreStatus& status) {
 }
 
 void Exchange::Release(ErrorCode code, const std::string& detail) {
-  worker_->gateway().store->Release(token_, [this, code](StoreStatus) {
-    OnLoop([this, code]() { RespondError(code); });
+  Steady::time_point start = Steady::now();
+  worker_->gateway().store->Release(token_, [this, code, start](StoreStatus) {
+    int64_t us = MicrosSince(start);
+    OnLoop([this, code, us]() {
+      worker_->RecordStoreOp(StoreOp::kRelease, us);
+      RespondError(code);
+    });
   });
 }
 
 void Exchange::RespondInUse(int64_t retry_after_s) {
+  error_ = ErrorCode::kIdempotencyKeyInUse;
   StoredResponse response = MakeErrorResponse(ErrorCode::kIdempotencyKeyInUse);
   response.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, retry_after_s)));
   Respond(response, false);
@@ -195,10 +218,12 @@ void Exchange::RespondMismatch(const Fingerprint& stored) {
                        "\" was already used for a different request (fingerprint " +
                        FingerprintPrefix(stored) + ", got " +
                        FingerprintPrefix(guard_.fingerprint) + ")";
+  error_ = ErrorCode::kIdempotencyKeyReused;
   Respond(MakeErrorResponse(ErrorCode::kIdempotencyKeyReused, detail), false);
 }
 
 void Exchange::RespondError(ErrorCode code, const std::string& detail) {
+  error_ = code;
   StoredResponse response = MakeErrorResponse(code, detail);
   if (code == ErrorCode::kMissingCredentials) {
     response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"idemgate\"");
@@ -217,7 +242,37 @@ void Exchange::Respond(const StoredResponse& response, bool replayed) {
 void Exchange::Finish() {
   if (finished_) return;
   finished_ = true;
+  RecordFinished();
   worker_->RemoveExchange(this);
+}
+
+void Exchange::RecordFinished() {
+  int64_t total_us = MicrosSince(started_);
+  ExchangeSample sample;
+  sample.outcome = outcome_;
+  sample.error = error_;
+  sample.upstream_status = upstream_status_;
+  sample.upstream_error = upstream_error_kind_;
+  sample.total_us = total_us;
+  sample.upstream_us = upstream_us_;
+  worker_->RecordExchange(sample);
+  AccessLog* log = worker_->gateway().access_log;
+  if (!log) return;
+  AccessEntry entry;
+  entry.time = std::chrono::system_clock::now();
+  entry.method = request_.method;
+  entry.path = request_.Path();
+  entry.client_ip = client_ip_;
+  entry.status = status_;
+  entry.outcome = OutcomeName(outcome_);
+  entry.error = error_;
+  bool executed = outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover;
+  entry.attempt = executed ? token_.attempt : 0;
+  entry.total_us = total_us;
+  entry.upstream_us = upstream_us_;
+  entry.bytes_out = bytes_out_;
+  if (guard_.kind == GuardKind::kGuarded) entry.key_hash = KeyHash(guard_.scope, guard_.key);
+  log->Write(FormatAccessLine(entry));
 }
 
 }  // namespace idemgate

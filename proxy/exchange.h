@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "proxy/guard.h"
@@ -52,6 +53,7 @@ class Exchange {
   void RespondError(ErrorCode code, const std::string& detail = {});
   void Respond(const StoredResponse& response, bool replayed);
   void Finish();
+  void RecordFinished();  // metrics and the access log, once per exchange
 
   // Posts a store result back onto this exchange's loop.
   template <typename Fn>
@@ -67,6 +69,9 @@ class Exchange {
   StoredResponse pending_;  // the result being made durable by Complete
   Outcome outcome_ = Outcome::kPassthrough;
   int status_ = 0;
+  std::optional<ErrorCode> error_;  // the gateway's own error answer, if any
+  int upstream_status_ = 0;         // the upstream's status, when it answered
+  std::optional<UpstreamError> upstream_error_kind_;
   std::string upstream_error_;  // why the upstream failed, for the log
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point upstream_started_;

@@ -13,8 +13,11 @@
 #include <vector>
 
 #include "conf/config.h"
+#include "proxy/access_log.h"
+#include "proxy/admin.h"
 #include "proxy/event_util.h"
 #include "proxy/gateway.h"
+#include "proxy/metrics.h"
 #include "proxy/worker.h"
 #include "store/rocks_store.h"
 
@@ -80,7 +83,9 @@ class Server {
     if (!store_) return false;
     gateway_.store = store_.get();
     gateway_.clock = &clock_;
-    return StartWorkers(config, error);
+    if (!OpenObservability(config, error)) return false;
+    // The admin thread first: a failure here leaves no worker thread running.
+    return StartAdmin(config, error) && StartWorkers(config, error);
   }
 
   void Run() {
@@ -88,21 +93,56 @@ class Server {
     main_base_ = base.get();
     EventPtr term(evsignal_new(base.get(), SIGTERM, &Server::OnStop, this));
     EventPtr intr(evsignal_new(base.get(), SIGINT, &Server::OnStop, this));
+    EventPtr hup(evsignal_new(base.get(), SIGHUP, &Server::OnHangup, this));
     evsignal_add(term.get(), nullptr);
     evsignal_add(intr.get(), nullptr);
+    evsignal_add(hup.get(), nullptr);
     event_base_dispatch(base.get());
     int64_t grace = gateway_.Snapshot()->server.shutdown_grace_ms;
+    if (admin_) admin_->SetDraining();
     for (auto& worker : workers_) worker->Shutdown(grace);
     for (auto& worker : workers_) worker->Join();
+    if (admin_) admin_->Stop();  // before the store closes: /readyz probes the store
     store_->Close();  // after the loops: every queued write is finished first
     workers_.clear();
+    if (access_log_) access_log_->Close();  // writes every queued line
   }
 
  private:
-  bool StartWorkers(const Config& config, std::string* error) {
+  static int WorkerCount(const Config& config) {
     int count = config.server.workers > 0 ? config.server.workers
                                           : static_cast<int>(std::thread::hardware_concurrency());
-    if (count <= 0) count = 1;
+    return count > 0 ? count : 1;
+  }
+
+  // Metrics (one shard per worker) and the access log, before any worker starts.
+  bool OpenObservability(const Config& config, std::string* error) {
+    metrics_ = std::make_unique<Metrics>(WorkerCount(config));
+    Store* store = store_.get();
+    metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
+    gateway_.metrics = metrics_.get();
+    if (config.log.access != "off") {
+      access_log_ = AccessLog::Open(config.log.access, error);
+      if (!access_log_) return false;
+      AccessLog* log = access_log_.get();
+      metrics_->SetAccessLogDroppedSource([log] { return log->dropped(); });
+      gateway_.access_log = log;
+    }
+    return true;
+  }
+
+  bool StartAdmin(const Config& config, std::string* error) {
+    if (config.admin.address.empty()) return true;
+    admin_ = std::make_unique<AdminServer>(&gateway_, metrics_.get());
+    uint16_t port = 0;
+    if (!admin_->Start(config.admin.addr, &port, error)) return false;
+    printf("admin listening on %s:%u\n", config.admin.addr.host.c_str(), port);
+    fflush(stdout);
+    return true;
+  }
+
+  bool StartWorkers(const Config& config, std::string* error) {
+    int count = WorkerCount(config);
     uint16_t port = config.listen.addr.port;
     for (int i = 0; i < count; ++i) {
       auto worker = std::make_unique<Worker>(i, &gateway_);
@@ -118,6 +158,12 @@ class Server {
     return true;
   }
 
+  // SIGHUP: reopen the access log at its path (after logrotate renamed the old file).
+  static void OnHangup(evutil_socket_t, short, void* arg) {
+    auto* self = static_cast<Server*>(arg);
+    if (self->access_log_) self->access_log_->Reopen();
+  }
+
   static void OnStop(evutil_socket_t, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
     fprintf(stderr, "idemgate: shutting down\n");
@@ -127,7 +173,10 @@ class Server {
   SystemClock clock_;
   Gateway gateway_;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AccessLog> access_log_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<AdminServer> admin_;
   event_base* main_base_ = nullptr;
 };
 

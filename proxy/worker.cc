@@ -12,6 +12,7 @@
 
 #include "proxy/client_conn.h"
 #include "proxy/exchange.h"
+#include "proxy/metrics.h"
 
 namespace idemgate {
 
@@ -72,6 +73,9 @@ Worker::~Worker() {
 }
 
 bool Worker::Init(std::string* error) {
+  if (gateway_->metrics && index_ < gateway_->metrics->shard_count()) {
+    metrics_ = &gateway_->metrics->shard(index_);
+  }
   base_.reset(event_base_new());
   if (!base_) {
     *error = "cannot create an event loop";
@@ -142,6 +146,7 @@ void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, vo
   auto conn = std::make_unique<ClientConn>(self, fd, PeerIp(sa));
   ClientConn* raw = conn.get();
   self->conns_.emplace(raw, std::move(conn));
+  if (self->metrics_) self->metrics_->ConnectionOpened();
   raw->Start();
 }
 
@@ -164,7 +169,16 @@ void Worker::RemoveConn(ClientConn* conn) {
   if (it == conns_.end()) return;
   dead_conns_.push_back(std::move(it->second));
   conns_.erase(it);
+  if (metrics_) metrics_->ConnectionClosed();
   event_active(reaper_.get(), 0, 0);
+}
+
+void Worker::RecordExchange(const ExchangeSample& sample) {
+  if (metrics_) metrics_->RecordExchange(sample);
+}
+
+void Worker::RecordStoreOp(StoreOp op, int64_t micros) {
+  if (metrics_) metrics_->RecordStoreOp(op, micros);
 }
 
 void Worker::Reap() {

@@ -18,6 +18,9 @@ namespace idemgate {
 
 class ClientConn;
 class Exchange;
+class MetricsShard;
+struct ExchangeSample;
+enum class StoreOp;
 
 class Worker {
  public:
@@ -48,6 +51,9 @@ class Worker {
   void RemoveExchange(Exchange* exchange);  // freed on the next loop turn
   void RemoveConn(ClientConn* conn);        // freed on the next loop turn
   size_t connections() const { return conns_.size(); }
+  // This loop's metrics (nothing when metrics are off).
+  void RecordExchange(const ExchangeSample& sample);
+  void RecordStoreOp(StoreOp op, int64_t micros);
 
  private:
   static void OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int len, void* arg);
@@ -58,6 +64,7 @@ class Worker {
 
   int index_;
   Gateway* gateway_;
+  MetricsShard* metrics_ = nullptr;  // this worker's shard of gateway_->metrics
   EventBasePtr base_;
   EventPtr mailbox_ev_;
   EventPtr reaper_;

@@ -1,0 +1,89 @@
+// The access log: one JSON line per exchange, buffered in memory and written by a background
+// thread so the loops never wait on disk; reopened on SIGHUP for log rotation.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "proxy/errors.h"
+#include "store/record.h"
+
+namespace idemgate {
+
+// What one access-log line says. Never the credential, never the raw key.
+struct AccessEntry {
+  std::chrono::system_clock::time_point time;
+  std::string_view method;
+  std::string_view path;  // without the query string
+  std::string_view client_ip;
+  int status = 0;
+  const char* outcome = "";
+  std::optional<ErrorCode> error;
+  uint32_t attempt = 0;  // fresh and takeover only; 0 = omitted
+  int64_t total_us = 0;
+  int64_t upstream_us = -1;  // -1 = nothing went upstream
+  uint64_t bytes_out = 0;
+  std::string key_hash;  // empty = unguarded
+};
+
+// {"time":...,"method":...} without the trailing newline.
+std::string FormatAccessLine(const AccessEntry& entry);
+// The first 16 hex digits of SHA-256(scope id || key).
+std::string KeyHash(const ScopeId& scope, std::string_view key);
+// RFC 3339 UTC: "2024-05-01T12:00:00Z", or with milliseconds "2024-05-01T12:00:00.123Z".
+std::string FormatRfc3339(int64_t unix_ms, bool millis);
+
+class AccessLog {
+ public:
+  static constexpr size_t kDefaultBufferBytes = 4 << 20;
+
+  // `destination` is "stdout" or a file path (appended to, created 0644). Null, with *error,
+  // when the file cannot be opened.
+  static std::unique_ptr<AccessLog> Open(const std::string& destination, std::string* error,
+                                         size_t max_buffer_bytes = kDefaultBufferBytes);
+  ~AccessLog();  // Close()
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+
+  // Thread-safe, never waits on disk: queues `line` plus a newline, or drops it (counted) when
+  // the buffer is full.
+  void Write(std::string_view line);
+  // Thread-safe: lines queued before this call go to the old file, later ones to a file newly
+  // opened at the same path. Nothing for stdout.
+  void Reopen();
+  // Writes everything queued, then stops the writer thread. Idempotent.
+  void Close();
+
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  uint64_t reopens() const { return reopens_.load(std::memory_order_relaxed); }
+
+ private:
+  AccessLog(std::string path, int fd, size_t max_buffer_bytes);
+  void Run();
+  void WriteOut(std::string_view bytes);
+  void DoReopen();
+
+  const std::string path_;  // empty for stdout
+  int fd_;                  // writer thread only (after construction)
+  const size_t max_buffer_bytes_;
+  std::thread writer_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string buffer_;                // guarded by mu_
+  std::optional<size_t> reopen_at_;   // guarded by mu_: buffer_ offset of a pending reopen
+  bool stop_ = false;                 // guarded by mu_
+  bool write_failed_ = false;         // writer thread only
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> reopens_{0};
+};
+
+}  // namespace idemgate

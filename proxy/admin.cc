@@ -1,0 +1,347 @@
+// The admin listener: evhttp on its own thread; metrics, health, readiness and the record API.
+#include "proxy/admin.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <memory>
+
+#include "proxy/access_log.h"
+#include "proxy/errors.h"
+#include "proxy/guard.h"
+#include "proxy/metrics.h"
+
+namespace idemgate {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kStoreProbeTimeout{2'000};
+constexpr milliseconds kUpstreamProbeMaxTimeout{2'000};
+constexpr milliseconds kStoreCallTimeout{5'000};
+// The readiness probe's record: an all-zero scope id (no SHA-256 output) and a reserved key.
+constexpr char kProbeKey[] = "idemgate-internal-readyz-probe";
+constexpr char kCredentialHeader[] = "X-Idemgate-Credential";
+
+void Reply(evhttp_request* req, int code, const char* reason, const char* content_type,
+           const std::string& body) {
+  evkeyvalq* headers = evhttp_request_get_output_headers(req);
+  evhttp_add_header(headers, "Content-Type", content_type);
+  evhttp_add_header(headers, "Cache-Control", "no-store");
+  evbuffer* out = evbuffer_new();
+  evbuffer_add(out, body.data(), body.size());
+  evhttp_send_reply(req, code, reason, out);
+  evbuffer_free(out);
+}
+
+void ReplyJson(evhttp_request* req, int code, const char* reason, const std::string& body) {
+  Reply(req, code, reason, "application/json", body + "\n");
+}
+
+void ReplyError(evhttp_request* req, int code, const char* reason, const char* error,
+                const std::string& detail) {
+  ReplyJson(req, code, reason,
+            std::string("{\"error\":\"") + error + "\",\"detail\":\"" + JsonEscape(detail) + "\"}");
+}
+
+std::string Sha256(std::string_view text) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<char*>(md), len);
+}
+
+// "Bearer <token>" with the scheme compared case-insensitively; empty when absent.
+std::string BearerToken(const char* header) {
+  if (header == nullptr) return {};
+  std::string_view value(header);
+  if (value.size() < 7 || strncasecmp(value.data(), "bearer ", 7) != 0) return {};
+  value.remove_prefix(7);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  return std::string(value);
+}
+
+// The query parameters; false when the query string is malformed.
+class Query {
+ public:
+  explicit Query(evhttp_request* req) {
+    params_.tqh_first = nullptr;  // TAILQ_INIT
+    params_.tqh_last = &params_.tqh_first;
+    const char* query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    ok_ = query == nullptr || evhttp_parse_query_str(query, &params_) == 0;
+  }
+  ~Query() { evhttp_clear_headers(&params_); }
+  bool ok() const { return ok_; }
+  const char* Get(const char* name) { return evhttp_find_header(&params_, name); }
+
+ private:
+  evkeyvalq params_;
+  bool ok_ = false;
+};
+
+std::string HexPrefix(const Fingerprint& fingerprint) { return FingerprintPrefix(fingerprint); }
+
+std::string RecordJson(const Record& record) {
+  bool completed = record.state == RecordState::kCompleted;
+  std::string out = "{\"state\":\"";
+  out += completed ? "completed" : "in_flight";
+  out += "\",\"attempt\":" + std::to_string(record.attempt);
+  out += ",\"created\":\"" + FormatRfc3339(record.created_ms, false) + "\"";
+  out += ",\"expires\":\"" + FormatRfc3339(record.expires_ms, false) + "\"";
+  out += ",\"fingerprint\":\"" + HexPrefix(record.fingerprint) + "\"";
+  if (completed) {
+    out += ",\"status\":" + std::to_string(record.response.status);
+  } else {
+    out += ",\"lease_until\":\"" + FormatRfc3339(record.lease_until_ms, false) + "\"";
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+std::string ProbeStore(Store* store, milliseconds timeout) {
+  auto done = std::make_shared<std::promise<StoreStatus>>();
+  std::future<StoreStatus> result = done->get_future();
+  ClaimRequest claim;
+  claim.scope = ScopeId{};
+  claim.key = kProbeKey;
+  claim.lease_ms = 1'000;
+  claim.ttl_ms = 60'000;
+  // Runs on the store's thread; a winning claim is released at once (a first attempt's record
+  // is deleted, R3a), so the probe leaves nothing behind.
+  store->Claim(std::move(claim), [store, done](ClaimResult claimed) {
+    if (!claimed.status.ok()) return done->set_value(claimed.status);
+    if (claimed.outcome == ClaimOutcome::kFresh || claimed.outcome == ClaimOutcome::kTakeover) {
+      return store->Release(claimed.token, [done](StoreStatus s) { done->set_value(s); });
+    }
+    done->set_value(StoreStatus{});  // another probe holds it: the store still answered
+  });
+  if (result.wait_for(timeout) != std::future_status::ready) {
+    return "no answer within " + std::to_string(timeout.count()) + "ms";
+  }
+  StoreStatus status = result.get();
+  if (status.ok()) return {};
+  return status.message.empty() ? "the store refused the write" : status.message;
+}
+
+std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout) {
+  std::string where = upstream.host + ":" + std::to_string(upstream.port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(upstream.port);
+  if (int rc = getaddrinfo(upstream.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return "cannot resolve " + where + ": " + gai_strerror(rc);
+  }
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  std::string error;
+  if (fd < 0) {
+    error = std::string("socket: ") + strerror(errno);
+  } else if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    error = "cannot connect to " + where + ": " + strerror(errno);
+  } else {
+    pollfd p{fd, POLLOUT, 0};
+    int n = poll(&p, 1, static_cast<int>(timeout.count()));
+    int so_error = 0;
+    socklen_t len = sizeof(so_error);
+    if (n == 0) {
+      error = "no connection to " + where + " within " + std::to_string(timeout.count()) + "ms";
+    } else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) {
+      error = "cannot connect to " + where + ": " + strerror(errno);
+    } else if (so_error != 0) {
+      error = "cannot connect to " + where + ": " + strerror(so_error);
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return error;
+}
+
+AdminServer::AdminServer(Gateway* gateway, Metrics* metrics)
+    : gateway_(gateway), metrics_(metrics) {}
+
+AdminServer::~AdminServer() { Stop(); }
+
+bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string* error) {
+  base_.reset(event_base_new());
+  http_ = base_ ? evhttp_new(base_.get()) : nullptr;
+  if (!http_) {
+    *error = "cannot create the admin listener";
+    return false;
+  }
+  evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE);
+  evhttp_set_max_headers_size(http_, 16 << 10);
+  evhttp_set_max_body_size(http_, 0);
+  evhttp_set_timeout(http_, 10);
+  evhttp_set_gencb(http_, &AdminServer::OnRequest, this);
+  evhttp_bound_socket* bound = evhttp_bind_socket_with_handle(http_, addr.host.c_str(), addr.port);
+  if (!bound) {
+    *error = "cannot listen on admin address " + addr.host + ":" + std::to_string(addr.port) +
+             ": " + strerror(errno);
+    return false;
+  }
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(evhttp_bound_socket_get_fd(bound), reinterpret_cast<sockaddr*>(&ss), &len);
+  *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+  return true;
+}
+
+void AdminServer::Stop() {
+  if (thread_.joinable()) {
+    event_base_loopbreak(base_.get());  // thread-safe: evthread_use_pthreads() ran first
+    thread_.join();
+  }
+  if (http_) evhttp_free(http_);
+  http_ = nullptr;
+  base_.reset();
+}
+
+void AdminServer::OnRequest(evhttp_request* req, void* arg) {
+  static_cast<AdminServer*>(arg)->Handle(req);
+}
+
+void AdminServer::Handle(evhttp_request* req) {
+  const char* raw_path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+  std::string path = raw_path ? raw_path : "";
+  evhttp_cmd_type method = evhttp_request_get_command(req);
+  bool get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
+  if (path == "/records") return HandleRecords(req);
+  if (!get && (path == "/metrics" || path == "/healthz" || path == "/readyz")) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+    return ReplyError(req, 405, "Method Not Allowed", "method_not_allowed",
+                      "Use GET on " + path + ".");
+  }
+  if (path == "/metrics") return HandleMetrics(req);
+  if (path == "/healthz") return Reply(req, 200, "OK", "text/plain; charset=utf-8", "ok\n");
+  if (path == "/readyz") return HandleReady(req);
+  ReplyError(req, 404, "Not Found", "not_found",
+             "Admin paths: /metrics, /healthz, /readyz, /records.");
+}
+
+void AdminServer::HandleMetrics(evhttp_request* req) {
+  std::string body = metrics_ ? metrics_->Render() : std::string();
+  Reply(req, 200, "OK", kPrometheusContentType, body);
+}
+
+void AdminServer::HandleReady(evhttp_request* req) {
+  std::shared_ptr<const Config> config = gateway_->Snapshot();
+  std::string store = ProbeStore(gateway_->store, kStoreProbeTimeout);
+  milliseconds connect_timeout(std::min<int64_t>(config->upstream.connect_timeout_ms,
+                                                 kUpstreamProbeMaxTimeout.count()));
+  std::string upstream = ProbeUpstream(config->upstream.addr, connect_timeout);
+  bool draining = draining_.load(std::memory_order_relaxed);
+  bool ready = store.empty() && upstream.empty() && !draining;
+  std::string body = std::string("{\"ready\":") + (ready ? "true" : "false");
+  body += ",\"store\":\"" + (store.empty() ? std::string("ok") : JsonEscape(store)) + "\"";
+  body += ",\"upstream\":\"" + (upstream.empty() ? std::string("ok") : JsonEscape(upstream)) + "\"";
+  if (draining) body += ",\"draining\":true";
+  body += "}";
+  if (ready) return ReplyJson(req, 200, "OK", body);
+  ReplyJson(req, 503, "Service Unavailable", body);
+}
+
+bool AdminServer::Authorize(evhttp_request* req, const Config& config) {
+  if (config.admin.token.empty()) {
+    ReplyError(req, 404, "Not Found", "not_found",
+               "The record API is off: [admin] token is not configured.");
+    return false;
+  }
+  const char* header = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+  std::string given = BearerToken(header);
+  // Compare digests so neither the content nor the length of the token leaks through timing.
+  std::string a = Sha256(given), b = Sha256(config.admin.token);
+  if (given.empty() || CRYPTO_memcmp(a.data(), b.data(), a.size()) != 0) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                      "Bearer realm=\"idemgate-admin\"");
+    ReplyError(req, 401, "Unauthorized", "unauthorized",
+               header ? "The admin token is wrong." : "Authorization: Bearer <admin token> is required.");
+    return false;
+  }
+  return true;
+}
+
+void AdminServer::HandleRecords(evhttp_request* req) {
+  evhttp_cmd_type method = evhttp_request_get_command(req);
+  std::shared_ptr<const Config> config = gateway_->Snapshot();
+  if (!Authorize(req, *config)) return;
+  if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD && method != EVHTTP_REQ_DELETE) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD, DELETE");
+    return ReplyError(req, 405, "Method Not Allowed", "method_not_allowed",
+                      "Use GET or DELETE on /records.");
+  }
+  Query query(req);
+  const char* credential =
+      evhttp_find_header(evhttp_request_get_input_headers(req), kCredentialHeader);
+  if (credential == nullptr) credential = query.Get("credential");
+  const char* raw_key = query.Get("key");
+  std::string key;
+  if (!query.ok() || credential == nullptr || *credential == '\0' || raw_key == nullptr) {
+    return ReplyError(req, 400, "Bad Request", "bad_request",
+                      "Give key=<Idempotency-Key value> and the caller's credential header value "
+                      "(X-Idemgate-Credential header, or credential=).");
+  }
+  if (!ParseIdempotencyKey(raw_key, &key)) {
+    return ReplyError(req, 400, "Bad Request", "idempotency_key_invalid",
+                      GetErrorInfo(ErrorCode::kIdempotencyKeyInvalid).default_detail);
+  }
+  ScopeId scope = ComputeScopeId(config->scope.header, credential, config->scope.secret);
+  if (method == EVHTTP_REQ_DELETE) return DeleteRecord(req, scope, key);
+  LookupRecord(req, scope, key);
+}
+
+void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope,
+                               const std::string& key) {
+  LookupResult found = gateway_->store->Lookup(scope, key);
+  if (found.outcome == LookupOutcome::kError) {
+    return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
+                      "The store could not be read.");
+  }
+  if (found.outcome == LookupOutcome::kMiss) {
+    return ReplyError(req, 404, "Not Found", "not_found", "No live record for this key.");
+  }
+  ReplyJson(req, 200, "OK", RecordJson(found.record));
+}
+
+void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope,
+                               const std::string& key) {
+  LookupResult found = gateway_->store->Lookup(scope, key);
+  if (found.outcome == LookupOutcome::kMiss) {
+    return ReplyError(req, 404, "Not Found", "not_found", "No live record for this key.");
+  }
+  auto done = std::make_shared<std::promise<StoreStatus>>();
+  std::future<StoreStatus> result = done->get_future();
+  gateway_->store->Delete(scope, key, [done](StoreStatus s) { done->set_value(std::move(s)); });
+  if (result.wait_for(kStoreCallTimeout) != std::future_status::ready) {
+    return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
+                      "The store did not confirm the delete in time.");
+  }
+  StoreStatus status = result.get();
+  if (!status.ok()) {
+    return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
+                      "The delete failed: " + status.message);
+  }
+  std::string body = "{\"deleted\":true";
+  if (found.outcome == LookupOutcome::kFound) body += ",\"record\":" + RecordJson(found.record);
+  ReplyJson(req, 200, "OK", body + "}");
+}
+
+}  // namespace idemgate

@@ -1,0 +1,60 @@
+// The admin listener: its own thread, libevent base and evhttp, so admin traffic never touches
+// the data-plane loops. /metrics, /healthz, /readyz, and the support-staff record API.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "conf/config.h"
+#include "proxy/event_util.h"
+#include "proxy/gateway.h"
+
+struct evhttp;
+struct evhttp_request;
+
+namespace idemgate {
+
+class Metrics;
+
+// The readiness probes, usable on their own (they block the calling thread, never a loop).
+// Empty on success, else the reason.
+std::string ProbeStore(Store* store, std::chrono::milliseconds timeout);
+std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout);
+
+class AdminServer {
+ public:
+  AdminServer(Gateway* gateway, Metrics* metrics);
+  ~AdminServer();  // Stop()
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
+
+  // Binds `addr` (port 0 picks one; *bound_port gets it) and starts the thread.
+  bool Start(const HostPort& addr, uint16_t* bound_port, std::string* error);
+  // From now on /readyz answers 503 "draining" (shutdown has begun).
+  void SetDraining() { draining_.store(true, std::memory_order_relaxed); }
+  // Leaves the loop and joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  static void OnRequest(evhttp_request* req, void* arg);
+  void Handle(evhttp_request* req);
+  void HandleMetrics(evhttp_request* req);
+  void HandleReady(evhttp_request* req);
+  void HandleRecords(evhttp_request* req);
+  void LookupRecord(evhttp_request* req, const ScopeId& scope, const std::string& key);
+  void DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key);
+  // False (and the answer already sent) when the request may not use the record API.
+  bool Authorize(evhttp_request* req, const Config& config);
+
+  Gateway* gateway_;
+  Metrics* metrics_;
+  EventBasePtr base_;
+  evhttp* http_ = nullptr;
+  std::thread thread_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace idemgate

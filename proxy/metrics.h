@@ -1,0 +1,108 @@
+// Prometheus metrics: per-worker shards of relaxed atomic counters and histograms, written on
+// the data plane without locks and summed only when /metrics is scraped.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proxy/errors.h"
+#include "proxy/exchange.h"
+#include "proxy/upstream.h"
+
+namespace idemgate {
+
+class MetricsWriter;
+
+inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kRejected) + 1;
+inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::kUpstreamTimeout) + 1;
+inline constexpr size_t kUpstreamErrorCount = static_cast<size_t>(UpstreamError::kTimeout) + 1;
+
+enum class StoreOp { kClaim, kComplete, kRelease };
+inline constexpr size_t kStoreOpCount = 3;
+
+// Fixed upper bounds (inclusive, in the histogram's unit); +Inf is implicit.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<uint64_t> bounds);
+  void Observe(uint64_t value);  // thread-safe (relaxed)
+  // Adds this histogram's counts into `counts` (size bounds+1) and `sum`.
+  void AddTo(std::vector<uint64_t>* counts, uint64_t* sum) const;
+  const std::vector<uint64_t>& bounds() const { return bounds_; }
+
+ private:
+  std::vector<uint64_t> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1
+  std::atomic<uint64_t> sum_{0};
+};
+
+// What one finished exchange contributes.
+struct ExchangeSample {
+  Outcome outcome = Outcome::kPassthrough;
+  std::optional<ErrorCode> error;           // the gateway's own error answer, if any
+  int upstream_status = 0;                  // 0: no upstream response
+  std::optional<UpstreamError> upstream_error;
+  int64_t total_us = 0;
+  int64_t upstream_us = -1;  // -1: nothing went upstream
+};
+
+// One worker's counters. Written by its loop (and nothing else on the hot path).
+class MetricsShard {
+ public:
+  MetricsShard();
+  void RecordExchange(const ExchangeSample& sample);
+  void RecordStoreOp(StoreOp op, int64_t micros);
+  void ConnectionOpened() { connections_.fetch_add(1, std::memory_order_relaxed); }
+  void ConnectionClosed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  friend class Metrics;
+  static void Inc(std::atomic<uint64_t>& counter) {
+    counter.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::array<std::atomic<uint64_t>, kOutcomeCount> outcomes_{};
+  std::array<std::atomic<uint64_t>, kErrorCodeCount> rejected_{};  // outcome rejected, by code
+  std::array<std::atomic<uint64_t>, kErrorCodeCount> errors_{};    // every error answer
+  std::array<std::atomic<uint64_t>, 5> status_classes_{};          // upstream 1xx..5xx
+  std::array<std::atomic<uint64_t>, kUpstreamErrorCount> upstream_errors_{};
+  std::atomic<int64_t> connections_{0};
+  Histogram request_latency_;
+  Histogram upstream_latency_;
+  std::array<Histogram, kStoreOpCount> store_latency_;  // by StoreOp
+};
+
+class Metrics {
+ public:
+  explicit Metrics(int shards);
+  MetricsShard& shard(int index) { return *shards_[index]; }
+  int shard_count() const { return static_cast<int>(shards_.size()); }
+
+  // Group-commit batch sizes, from the store's writer thread (thread-safe).
+  void ObserveBatchSize(size_t records) { batch_size_.Observe(records); }
+  // Gauges read at scrape time (set once at start-up, before any scrape).
+  void SetRecordsSource(std::function<uint64_t()> fn) { records_ = std::move(fn); }
+  void SetAccessLogDroppedSource(std::function<uint64_t()> fn) { log_dropped_ = std::move(fn); }
+
+  // The Prometheus text exposition format, version 0.0.4.
+  std::string Render() const;
+
+ private:
+  void RenderHistograms(MetricsWriter* w) const;
+  void RenderGauges(MetricsWriter* w) const;
+
+  std::vector<std::unique_ptr<MetricsShard>> shards_;
+  Histogram batch_size_;
+  std::function<uint64_t()> records_;
+  std::function<uint64_t()> log_dropped_;
+};
+
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+}  // namespace idemgate
