@@ -8,6 +8,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/write_batch_with_index.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -90,6 +91,7 @@ class RocksStore final : public Store {
         path_(options.path),
         db_options_(std::move(db_options)),
         max_batch_(options.max_batch == 0 ? 1 : options.max_batch),
+        on_batch_(options.on_batch),
         filter_(std::move(filter)),
         db_(std::move(db)),
         batch_(rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true) {
@@ -140,6 +142,7 @@ class RocksStore final : public Store {
   // Writer thread only.
   rocksdb::WriteBatchWithIndex batch_;
   rocksdb::WriteOptions write_options_;
+  std::function<void(size_t, int64_t)> on_batch_;
   rocksdb::ReadOptions read_options_;
   std::mt19937_64 rng_{std::random_device{}()};
   bool need_resume_ = false;
@@ -297,7 +300,13 @@ void RocksStore::RunBatch(std::vector<Op>& batch) {
   const TimeMs now = clock_->NowMs();
   for (Op& op : batch) Decide(op, now);
   if (batch_.GetWriteBatch()->Count() > 0) {
+    auto start = std::chrono::steady_clock::now();
     rocksdb::Status s = db_->Write(write_options_, batch_.GetWriteBatch());
+    if (on_batch_) {
+      on_batch_(batch.size(), std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count());
+    }
     if (!s.ok()) {
       need_resume_ = true;
       StoreStatus err = MapStatus(s);

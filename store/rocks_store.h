@@ -2,6 +2,8 @@
 // This header does not include RocksDB, so the gateway can open it without depending on it.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -15,6 +17,9 @@ struct RocksStoreOptions {
   bool sync = true;           // every result is reported only after its WAL write is synced
   const Clock* clock = nullptr;  // not owned; must outlive the store
   size_t max_batch = 1024;    // the most ops decided and written in one group commit
+  // Called on the writer thread after each group commit: ops in the batch, and how long the
+  // (synced) write took. For metrics; must be cheap and must not block.
+  std::function<void(size_t ops, int64_t write_us)> on_batch;
 };
 
 // Opens (or creates) the database. On failure returns nullptr and sets *error.
