@@ -135,7 +135,8 @@ struct Engine {
   // Forgets the current message (not the stream position).
   void ResetMessage() {
     started = headers_complete = message_complete = false;
-    interim = false;
+    interim = in_trailers = trailer_pause = false;
+    ++resets;
     header_bytes = 0;
     field.clear();
     value.clear();
@@ -153,15 +154,15 @@ struct Engine {
     }
     return -1;
   }
-  int CountHeaderBytes(size_t n) {
-    header_bytes += n;
-    if (header_bytes > max_header_bytes) {
-      return Fail(ParseError::kHeadersTooLarge,
-                  std::string(type == HTTP_REQUEST ? "The request line and headers"
-                                                   : "The upstream's status line and headers") +
-                      " exceed the limit of " + std::to_string(max_header_bytes) + " bytes.");
-    }
-    return 0;
+  // Raw bytes of the header section and trailers that may still go to llhttp.
+  uint64_t HeaderAllowance() const {
+    return header_bytes >= max_header_bytes ? 0 : max_header_bytes - header_bytes;
+  }
+  void FailHeadersTooLarge() {
+    Fail(ParseError::kHeadersTooLarge,
+         std::string(type == HTTP_REQUEST ? "The request line and headers"
+                                          : "The upstream's status line and headers") +
+             " exceed the limit of " + std::to_string(max_header_bytes) + " bytes.");
   }
   int PushHeader();
   int OnHeadersComplete();
@@ -183,6 +184,9 @@ struct Engine {
   bool headers_complete = false;
   bool message_complete = false;
   bool interim = false;  // responses: the current message is a 1xx to skip
+  bool in_trailers = false;    // past the last chunk: the bytes count against the header limit
+  bool trailer_pause = false;  // llhttp paused at the last chunk so Feed can start counting
+  uint64_t resets = 0;         // ResetMessage calls (a skipped 1xx resets inside Execute)
   bool keep_alive = false;
   ParseError error = ParseError::kNone;
   std::string detail;
@@ -206,29 +210,29 @@ void Engine::InitSettings() {
     Of(p)->started = true;
     return 0;
   };
+  // The header limit counts raw bytes in Feed, where the position is known: llhttp reports a
+  // span only at its end or at the end of the buffer, so counting here would make the outcome
+  // depend on how the bytes were split.
   settings.on_method = [](llhttp_t* p, const char* at, size_t n) {
     Of(p)->method.append(at, n);
-    return Of(p)->CountHeaderBytes(n);
+    return 0;
   };
   settings.on_url = [](llhttp_t* p, const char* at, size_t n) {
     Of(p)->target.append(at, n);
-    return Of(p)->CountHeaderBytes(n);
-  };
-  settings.on_version = [](llhttp_t* p, const char*, size_t n) {
-    return Of(p)->CountHeaderBytes(n);
+    return 0;
   };
   settings.on_status = [](llhttp_t* p, const char* at, size_t n) {
     Of(p)->reason.append(at, n);
-    return Of(p)->CountHeaderBytes(n);
+    return 0;
   };
   // After the headers, fields and values are trailers: counted against the limit, not kept.
   settings.on_header_field = [](llhttp_t* p, const char* at, size_t n) {
     if (!Of(p)->headers_complete) Of(p)->field.append(at, n);
-    return Of(p)->CountHeaderBytes(n);
+    return 0;
   };
   settings.on_header_value = [](llhttp_t* p, const char* at, size_t n) {
     if (!Of(p)->headers_complete) Of(p)->value.append(at, n);
-    return Of(p)->CountHeaderBytes(n);
+    return 0;
   };
   settings.on_header_value_complete = [](llhttp_t* p) { return Of(p)->PushHeader(); };
   settings.on_headers_complete = [](llhttp_t* p) { return Of(p)->OnHeadersComplete(); };
@@ -237,6 +241,10 @@ void Engine::InitSettings() {
     if (e->body.size() + p->content_length > e->max_body) {
       return e->Fail(ParseError::kBodyTooLarge, "The chunked body exceeds the limit of " +
                                                     std::to_string(e->max_body) + " bytes.");
+    }
+    if (p->content_length == 0) {  // the last chunk: trailers follow; Feed counts their bytes
+      e->in_trailers = e->trailer_pause = true;
+      return static_cast<int>(HPE_PAUSED);
     }
     return 0;
   };
@@ -302,6 +310,10 @@ int Engine::OnRequestHeadersComplete() {
 
 int Engine::OnResponseHeadersComplete() {
   const int status = parser.status_code;
+  if (status < 100 || status > 599) {  // llhttp takes any 1-3 digits ("HTTP/1.1 3 OK")
+    return Fail(ParseError::kMalformed, "The upstream's status code " + std::to_string(status) +
+                                            " is not in the range 100 to 599.");
+  }
   if (status == 101) {
     return Fail(ParseError::kMalformed,
                 "The upstream switched protocols (101), which the gateway does not support.");
@@ -348,29 +360,50 @@ size_t Engine::Execute(const char* data, size_t len) {
   const char* pos = llhttp_get_error_pos(&parser);
   size_t used = (pos != nullptr && pos >= data && pos <= data + len) ? pos - data : len;
   if (err == HPE_PAUSED && message_complete) return used;
+  if (err == HPE_PAUSED && trailer_pause) {
+    trailer_pause = false;
+    llhttp_resume(&parser);
+    return used;
+  }
   // A callback that failed has already recorded why; otherwise llhttp rejected the bytes.
   if (error == ParseError::kNone) FailFromLlhttp(err);
   return used;
 }
 
+// Hands llhttp the bytes one section at a time: the header section is checked by the scanner
+// first, and the header section and trailers are counted against max_header_bytes by position,
+// so the outcome never depends on how the stream was split.
 size_t Engine::Feed(const char* data, size_t len) {
   size_t total = 0;
   while (total < len && error == ParseError::kNone && !message_complete) {
     size_t chunk = len - total;
+    const char* bad = nullptr;  // the scanner rejects the byte right after `chunk`
+    const bool counted = !scanner.done() || in_trailers;
     if (!scanner.done()) {
       chunk = scanner.Scan(data + total, chunk);
-      if (scanner.error() != nullptr) {
-        // Let llhttp see the good bytes first, so a size limit hit there still wins.
-        total += Execute(data + total, chunk);
-        Fail(ParseError::kMalformed, std::string("The ") +
-                                         (type == HTTP_REQUEST ? "request" : "upstream response") +
-                                         " is not valid HTTP/1.1: " + scanner.error() + ".");
-        return total;
-      }
+      bad = scanner.error();
     }
+    if (counted && chunk + (bad != nullptr ? 1 : 0) > HeaderAllowance()) {
+      // The limit falls before the end of what we have (or on the bad byte): llhttp sees what
+      // fits, so an error earlier in the bytes still wins, then the limit does.
+      size_t used = Execute(data + total, HeaderAllowance());
+      header_bytes += used;
+      total += used;
+      if (error == ParseError::kNone && !message_complete) FailHeadersTooLarge();
+      return total;
+    }
+    const uint64_t resets_before = resets;
     size_t used = Execute(data + total, chunk);
+    // A skipped 1xx ends exactly at its header section; its bytes do not count for the next.
+    if (counted && resets == resets_before) header_bytes += used;
     total += used;
-    if (used < chunk) break;
+    if (bad != nullptr) {
+      Fail(ParseError::kMalformed, std::string("The ") +
+                                       (type == HTTP_REQUEST ? "request" : "upstream response") +
+                                       " is not valid HTTP/1.1: " + bad + ".");
+      return total;
+    }
+    if (used == 0) break;
   }
   return total;
 }

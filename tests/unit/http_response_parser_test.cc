@@ -179,5 +179,19 @@ TEST(ResponseParser, BeginResetsForTheNextResponseOnTheSameConnection) {
   EXPECT_EQ(parser.TakeResponse().status, 404);
 }
 
+// Fuzzer finding (response_fuzz): llhttp takes a status of one to three digits, so
+// "HTTP/1.1 3 40Not Modified" was a final response with status 3, stored and replayed as such.
+TEST(ResponseParser, StatusOutsideOneHundredToFiveNinetyNineIsMalformed) {
+  for (std::string line : {"HTTP/1.1 3 40Not Modified", "HTTP/1.1 99 X", "HTTP/1.1 600 X",
+                           "HTTP/1.1 999 X"}) {
+    Result r = Parse(line + "\r\nContent-Length: 0\r\n\r\n");
+    EXPECT_EQ(r.error, ParseError::kMalformed) << line;
+    EXPECT_FALSE(r.complete) << line;
+  }
+  Result edge = Parse("HTTP/1.1 599 Edge\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_TRUE(edge.complete);
+  EXPECT_EQ(edge.response.status, 599);
+}
+
 }  // namespace
 }  // namespace idemgate
