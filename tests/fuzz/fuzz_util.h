@@ -11,12 +11,12 @@
 namespace idemgate::fuzz {
 
 // Aborts (a libFuzzer finding) when an invariant does not hold.
-#define FUZZ_CHECK(cond)                                                               \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
+#define FUZZ_CHECK(cond)                                                                \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
       std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                    \
-    }                                                                                  \
+      std::abort();                                                                     \
+    }                                                                                   \
   } while (0)
 
 // Piece sizes (1..64, mostly small) covering `total` bytes, derived from `seed`: the same

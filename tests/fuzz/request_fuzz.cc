@@ -141,9 +141,12 @@ void CheckRequest(const Config& config, const Request& request) {
 
 ErrorCode ToErrorCode(ParseError error) {
   switch (error) {
-    case ParseError::kBodyTooLarge: return ErrorCode::kRequestTooLarge;
-    case ParseError::kHeadersTooLarge: return ErrorCode::kHeadersTooLarge;
-    default: return ErrorCode::kBadRequest;
+    case ParseError::kBodyTooLarge:
+      return ErrorCode::kRequestTooLarge;
+    case ParseError::kHeadersTooLarge:
+      return ErrorCode::kHeadersTooLarge;
+    default:
+      return ErrorCode::kBadRequest;
   }
 }
 
@@ -182,9 +185,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (std::getenv("FUZZ_VERBOSE") != nullptr) {
     for (const Outcome* o : {&whole, &split}) {
       std::fprintf(stderr, "%s: %zu requests, error %d (%s), started %d, headers %d\n",
-                   o == &whole ? "whole" : "split", o->requests.size(),
-                   static_cast<int>(o->error), o->detail.c_str(), o->started,
-                   o->headers_complete);
+                   o == &whole ? "whole" : "split", o->requests.size(), static_cast<int>(o->error),
+                   o->detail.c_str(), o->started, o->headers_complete);
     }
   }
   FUZZ_CHECK(whole.error == split.error);

@@ -31,8 +31,7 @@ Outcome Parse(std::string_view stream, const std::vector<size_t>& pieces, bool h
   for (size_t piece : pieces) {
     size_t used = parser.Feed(stream.data() + offset, piece);
     FUZZ_CHECK(used <= piece);
-    FUZZ_CHECK(used == piece || parser.message_complete() ||
-               parser.error() != ParseError::kNone);
+    FUZZ_CHECK(used == piece || parser.message_complete() || parser.error() != ParseError::kNone);
     offset += piece;
     if (parser.message_complete() || parser.error() != ParseError::kNone) break;
   }

@@ -80,8 +80,8 @@ TEST(ResponseParser, HeadResponseHasNoBody) {
 }
 
 TEST(ResponseParser, NoContentAndNotModifiedHaveNoBody) {
-  for (const char* raw : {"HTTP/1.1 204 No Content\r\n\r\n",
-                          "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"}) {
+  for (const char* raw :
+       {"HTTP/1.1 204 No Content\r\n\r\n", "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"}) {
     Result r = Parse(raw);
     ASSERT_TRUE(r.complete) << raw;
     EXPECT_TRUE(r.response.body.empty());
@@ -112,7 +112,8 @@ TEST(ResponseParser, InterimSplitAcrossFeeds) {
 }
 
 TEST(ResponseParser, SwitchingProtocolsIsMalformed) {
-  Result r = Parse("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ws\r\n\r\n");
+  Result r =
+      Parse("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ws\r\n\r\n");
   EXPECT_EQ(r.error, ParseError::kMalformed);
 }
 
@@ -153,8 +154,8 @@ TEST(ResponseParser, OversizeBody) {
                   false, false, 10)
                 .error,
             ParseError::kBodyTooLarge);
-  EXPECT_TRUE(Parse("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789", false, false, 10)
-                  .complete);
+  EXPECT_TRUE(
+      Parse("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789", false, false, 10).complete);
 }
 
 TEST(ResponseParser, GarbageIsMalformed) {
@@ -182,8 +183,8 @@ TEST(ResponseParser, BeginResetsForTheNextResponseOnTheSameConnection) {
 // Fuzzer finding (response_fuzz): llhttp takes a status of one to three digits, so
 // "HTTP/1.1 3 40Not Modified" was a final response with status 3, stored and replayed as such.
 TEST(ResponseParser, StatusOutsideOneHundredToFiveNinetyNineIsMalformed) {
-  for (std::string line : {"HTTP/1.1 3 40Not Modified", "HTTP/1.1 99 X", "HTTP/1.1 600 X",
-                           "HTTP/1.1 999 X"}) {
+  for (std::string line :
+       {"HTTP/1.1 3 40Not Modified", "HTTP/1.1 99 X", "HTTP/1.1 600 X", "HTTP/1.1 999 X"}) {
     Result r = Parse(line + "\r\nContent-Length: 0\r\n\r\n");
     EXPECT_EQ(r.error, ParseError::kMalformed) << line;
     EXPECT_FALSE(r.complete) << line;
@@ -191,6 +192,14 @@ TEST(ResponseParser, StatusOutsideOneHundredToFiveNinetyNineIsMalformed) {
   Result edge = Parse("HTTP/1.1 599 Edge\r\nContent-Length: 0\r\n\r\n");
   ASSERT_TRUE(edge.complete);
   EXPECT_EQ(edge.response.status, 599);
+}
+
+TEST(ResponseParser, ChunkDataMustEndInCrlf) {
+  Result bad = Parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n");
+  EXPECT_EQ(bad.error, ParseError::kMalformed);
+  Result ok = Parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+  ASSERT_TRUE(ok.complete);
+  EXPECT_EQ(ok.response.body, "abc");
 }
 
 }  // namespace
