@@ -1,0 +1,119 @@
+// Through the real binary: the store's disk fills up (a tiny tmpfs under store.path): guarded
+// requests fail closed with 503 store_unavailable and nothing goes upstream (R3b), passthrough
+// still works, and once space is back guarded requests work again without a restart.
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <regex>
+
+#include "tests/integration/gateway_fixture.h"
+
+namespace idemgate::test {
+namespace {
+
+std::string ErrorCodeOf(const HttpResponse& r) {
+  std::smatch m;
+  static const std::regex kError(R"re(^\{"error":"([a-z_]+)","detail":"[^"]+)re");
+  return std::regex_search(r.body, m, kError) ? m[1].str() : "";
+}
+
+// Writes zeros into `path` until the file system says ENOSPC; false on any other error.
+bool FillUntilFull(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  std::string block(64 << 10, '\0');
+  for (;;) {
+    ssize_t n = write(fd, block.data(), block.size());
+    if (n < 0) {
+      bool full = errno == ENOSPC;
+      close(fd);
+      return full;
+    }
+    if (n < static_cast<ssize_t>(block.size())) block.resize(512);  // the last few blocks
+  }
+}
+
+class FaultsStoreTest : public GatewayTest {
+ protected:
+  void SetUp() override {
+    GatewayTest::SetUp();
+    store_dir_ = dir_.Path("data");
+    ASSERT_EQ(mkdir(store_dir_.c_str(), 0755), 0);
+    if (mount("tmpfs", store_dir_.c_str(), "tmpfs", 0, "size=4m") != 0) {
+      GTEST_SKIP() << "cannot mount a tmpfs (needs root / CAP_SYS_ADMIN): " << strerror(errno);
+    }
+    mounted_ = true;
+  }
+  void TearDown() override {
+    if (gateway_.running()) {
+      gateway_.Kill(SIGKILL);
+      gateway_.Wait();
+    }
+    if (mounted_) umount2(store_dir_.c_str(), MNT_DETACH);
+  }
+  std::string store_dir_;
+  bool mounted_ = false;
+};
+
+TEST_F(FaultsStoreTest, DiskFullFailsClosedThenRecoversWithoutRestart) {
+  StartGateway();
+  ASSERT_EQ(Post("k-before", "{}").status, 201);
+  ASSERT_EQ(upstream_.requests(), 1);
+
+  const std::string filler = store_dir_ + "/filler";
+  ASSERT_TRUE(FillUntilFull(filler));
+  // Guarded requests with new keys: each either fails closed (503, nothing upstream) or, while
+  // RocksDB still has preallocated WAL space, completes normally. One 503 must come soon.
+  int executed = upstream_.requests();
+  int failed = 0;
+  std::string failed_key;
+  for (int i = 0; i < 50 && failed == 0; ++i) {
+    std::string key = "k-full-" + std::to_string(i);
+    HttpResponse r = Post(key, "{}");
+    if (r.status == 503) {
+      ++failed;
+      failed_key = key;
+      EXPECT_EQ(ErrorCodeOf(r), "store_unavailable") << r.body;
+      EXPECT_EQ(upstream_.requests(), executed) << "a 503 must mean nothing went upstream";
+    } else {
+      ASSERT_EQ(r.status, 201) << r.raw << "\ngateway running: " << gateway_.running()
+                               << "\n" << gateway_.log();
+      ++executed;
+    }
+  }
+  ASSERT_EQ(failed, 1) << "the store never reported the full disk";
+  // Still full: the next guarded request fails closed the same way (the store tries to recover
+  // before each batch and must not take the process down doing so).
+  HttpResponse still = Post(failed_key, "{}");
+  EXPECT_EQ(still.status, 503) << still.raw << gateway_.log();
+  EXPECT_EQ(upstream_.requests(), executed);
+  // A replay of a stored key still reads (fail closed only for what needs a write).
+  HttpResponse replay = Post("k-before", "{}");
+  EXPECT_TRUE(replay.status == 201 || replay.status == 503) << replay.raw;
+  // Passthrough is unaffected.
+  HttpResponse pass = Post("", "{}");
+  EXPECT_EQ(pass.status, 201) << pass.raw;
+  executed = upstream_.requests();
+
+  ASSERT_EQ(unlink(filler.c_str()), 0);
+  HttpResponse after = Post("k-after", "{}");
+  EXPECT_EQ(after.status, 201) << after.raw << gateway_.log();
+  EXPECT_EQ(upstream_.requests(), executed + 1);
+  // The key refused with 503 left nothing behind: it executes now.
+  HttpResponse refused = Post(failed_key, "{}");
+  EXPECT_EQ(refused.status, 201) << refused.raw;
+  EXPECT_FALSE(refused.Header("Idempotent-Replayed").has_value());
+  executed = upstream_.requests();
+  HttpResponse again = Post("k-after", "{}");
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true") << again.raw;
+  EXPECT_EQ(upstream_.requests(), executed);
+  HttpResponse old = Post("k-before", "{}");
+  EXPECT_EQ(old.Header("Idempotent-Replayed"), "true") << old.raw;
+}
+
+}  // namespace
+}  // namespace idemgate::test
