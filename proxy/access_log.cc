@@ -84,9 +84,8 @@ std::string KeyHash(const ScopeId& scope, std::string_view key) {
 std::string FormatAccessLine(const AccessEntry& e) {
   std::string out;
   out.reserve(256 + e.path.size());
-  int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        e.time.time_since_epoch())
-                        .count();
+  int64_t unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(e.time.time_since_epoch()).count();
   out.append("{\"time\":\"").append(FormatRfc3339(unix_ms, true)).append("\"");
   AppendField(&out, "method");
   AppendJsonString(&out, e.method);

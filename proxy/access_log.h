@@ -78,10 +78,10 @@ class AccessLog {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string buffer_;                // guarded by mu_
-  std::optional<size_t> reopen_at_;   // guarded by mu_: buffer_ offset of a pending reopen
-  bool stop_ = false;                 // guarded by mu_
-  bool write_failed_ = false;         // writer thread only
+  std::string buffer_;               // guarded by mu_
+  std::optional<size_t> reopen_at_;  // guarded by mu_: buffer_ offset of a pending reopen
+  bool stop_ = false;                // guarded by mu_
+  bool write_failed_ = false;        // writer thread only
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> reopens_{0};
 };

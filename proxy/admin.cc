@@ -245,8 +245,8 @@ void AdminServer::HandleMetrics(evhttp_request* req) {
 void AdminServer::HandleReady(evhttp_request* req) {
   std::shared_ptr<const Config> config = gateway_->Snapshot();
   std::string store = ProbeStore(gateway_->store, kStoreProbeTimeout);
-  milliseconds connect_timeout(std::min<int64_t>(config->upstream.connect_timeout_ms,
-                                                 kUpstreamProbeMaxTimeout.count()));
+  milliseconds connect_timeout(
+      std::min<int64_t>(config->upstream.connect_timeout_ms, kUpstreamProbeMaxTimeout.count()));
   std::string upstream = ProbeUpstream(config->upstream.addr, connect_timeout);
   bool draining = draining_.load(std::memory_order_relaxed);
   bool ready = store.empty() && upstream.empty() && !draining;
@@ -272,8 +272,9 @@ bool AdminServer::Authorize(evhttp_request* req, const Config& config) {
   if (given.empty() || CRYPTO_memcmp(a.data(), b.data(), a.size()) != 0) {
     evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                       "Bearer realm=\"idemgate-admin\"");
-    ReplyError(req, 401, "Unauthorized", "unauthorized",
-               header ? "The admin token is wrong." : "Authorization: Bearer <admin token> is required.");
+    ReplyError(
+        req, 401, "Unauthorized", "unauthorized",
+        header ? "The admin token is wrong." : "Authorization: Bearer <admin token> is required.");
     return false;
   }
   return true;
@@ -308,8 +309,7 @@ void AdminServer::HandleRecords(evhttp_request* req) {
   LookupRecord(req, scope, key);
 }
 
-void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope,
-                               const std::string& key) {
+void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope, const std::string& key) {
   LookupResult found = gateway_->store->Lookup(scope, key);
   if (found.outcome == LookupOutcome::kError) {
     return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
@@ -321,8 +321,7 @@ void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope,
   ReplyJson(req, 200, "OK", RecordJson(found.record));
 }
 
-void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope,
-                               const std::string& key) {
+void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key) {
   LookupResult found = gateway_->store->Lookup(scope, key);
   if (found.outcome == LookupOutcome::kMiss) {
     return ReplyError(req, 404, "Not Found", "not_found", "No live record for this key.");

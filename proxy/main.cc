@@ -103,7 +103,7 @@ class Server {
     for (auto& worker : workers_) worker->Shutdown(grace);
     for (auto& worker : workers_) worker->Join();
     if (admin_) admin_->Stop();  // before the store closes: /readyz probes the store
-    store_->Close();  // after the loops: every queued write is finished first
+    store_->Close();             // after the loops: every queued write is finished first
     workers_.clear();
     if (access_log_) access_log_->Close();  // writes every queued line
   }
@@ -152,8 +152,8 @@ class Server {
     for (auto& worker : workers_) worker->Start();
     printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
     fflush(stdout);
-    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s (sync=%s)\n",
-            IDEMGATE_VERSION, count, config.upstream.url.c_str(), config.store.path.c_str(),
+    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s (sync=%s)\n", IDEMGATE_VERSION,
+            count, config.upstream.url.c_str(), config.store.path.c_str(),
             config.store.sync ? "true" : "false");
     return true;
   }

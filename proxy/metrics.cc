@@ -11,16 +11,15 @@ namespace {
 
 // Latencies are recorded in microseconds and rendered in seconds.
 const std::vector<uint64_t>& RequestBoundsUs() {
-  static const std::vector<uint64_t> bounds = {500,     1'000,   2'500,     5'000,     10'000,
-                                               25'000,  50'000,  100'000,   250'000,   500'000,
-                                               1'000'000, 2'500'000, 5'000'000, 10'000'000,
-                                               30'000'000};
+  static const std::vector<uint64_t> bounds = {
+      500,     1'000,   2'500,     5'000,     10'000,    25'000,     50'000,    100'000,
+      250'000, 500'000, 1'000'000, 2'500'000, 5'000'000, 10'000'000, 30'000'000};
   return bounds;
 }
 
 const std::vector<uint64_t>& StoreBoundsUs() {
-  static const std::vector<uint64_t> bounds = {100,    250,    500,     1'000,   2'500,
-                                               5'000,  10'000, 25'000,  50'000,  100'000,
+  static const std::vector<uint64_t> bounds = {100,     250,     500,      1'000,  2'500,
+                                               5'000,   10'000,  25'000,   50'000, 100'000,
                                                250'000, 500'000, 1'000'000};
   return bounds;
 }
@@ -51,9 +50,7 @@ const char* StoreOpName(size_t op) {
   return kNames[op];
 }
 
-uint64_t Load(const std::atomic<uint64_t>& value) {
-  return value.load(std::memory_order_relaxed);
-}
+uint64_t Load(const std::atomic<uint64_t>& value) { return value.load(std::memory_order_relaxed); }
 
 }  // namespace
 
@@ -167,12 +164,16 @@ std::string Label(const char* name, const char* value) {
 
 std::string Metrics::Render() const {
   MetricsWriter w;
-  auto outcomes = SumArray<kOutcomeCount>(shards_, [](auto& s) -> auto& { return s.outcomes_; });
-  auto rejected = SumArray<kErrorCodeCount>(shards_, [](auto& s) -> auto& { return s.rejected_; });
-  auto errors = SumArray<kErrorCodeCount>(shards_, [](auto& s) -> auto& { return s.errors_; });
-  auto classes = SumArray<5>(shards_, [](auto& s) -> auto& { return s.status_classes_; });
-  auto upstream_errors =
-      SumArray<kUpstreamErrorCount>(shards_, [](auto& s) -> auto& { return s.upstream_errors_; });
+  auto outcomes = SumArray<kOutcomeCount>(
+      shards_, [](auto& s) -> auto& { return s.outcomes_; });
+  auto rejected = SumArray<kErrorCodeCount>(
+      shards_, [](auto& s) -> auto& { return s.rejected_; });
+  auto errors = SumArray<kErrorCodeCount>(
+      shards_, [](auto& s) -> auto& { return s.errors_; });
+  auto classes = SumArray<5>(
+      shards_, [](auto& s) -> auto& { return s.status_classes_; });
+  auto upstream_errors = SumArray<kUpstreamErrorCount>(
+      shards_, [](auto& s) -> auto& { return s.upstream_errors_; });
 
   w.Family("idemgate_requests_total", "counter",
            "Requests by how they ended; rejected ones also by error code.");
@@ -208,8 +209,8 @@ std::string Metrics::Render() const {
 }
 
 void Metrics::RenderHistograms(MetricsWriter* w) const {
-  auto render = [&](const char* name, const char* help, const std::string& labels,
-                    auto pick, bool family, double scale) {
+  auto render = [&](const char* name, const char* help, const std::string& labels, auto pick,
+                    bool family, double scale) {
     if (family) w->Family(name, "histogram", help);
     std::vector<uint64_t> counts;
     uint64_t sum = 0;
@@ -221,17 +222,18 @@ void Metrics::RenderHistograms(MetricsWriter* w) const {
     }
     w->HistogramSamples(name, labels, first->bounds(), counts, sum, scale);
   };
-  render("idemgate_request_duration_seconds", "Time from a complete request to its answer.", "",
-         [](const MetricsShard& s) -> const Histogram& { return s.request_latency_; }, true,
-         1e-6);
-  render("idemgate_upstream_duration_seconds", "Time from sending upstream to its outcome.", "",
-         [](const MetricsShard& s) -> const Histogram& { return s.upstream_latency_; }, true,
-         1e-6);
+  render(
+      "idemgate_request_duration_seconds", "Time from a complete request to its answer.", "",
+      [](const MetricsShard& s) -> const Histogram& { return s.request_latency_; }, true, 1e-6);
+  render(
+      "idemgate_upstream_duration_seconds", "Time from sending upstream to its outcome.", "",
+      [](const MetricsShard& s) -> const Histogram& { return s.upstream_latency_; }, true, 1e-6);
   for (size_t op = 0; op < kStoreOpCount; ++op) {
-    render("idemgate_store_operation_duration_seconds",
-           "Time from a store call to its callback, by operation.", Label("op", StoreOpName(op)),
-           [op](const MetricsShard& s) -> const Histogram& { return s.store_latency_[op]; },
-           op == 0, 1e-6);
+    render(
+        "idemgate_store_operation_duration_seconds",
+        "Time from a store call to its callback, by operation.", Label("op", StoreOpName(op)),
+        [op](const MetricsShard& s) -> const Histogram& { return s.store_latency_[op]; }, op == 0,
+        1e-6);
   }
   w->Family("idemgate_store_batch_size", "histogram", "Records written per group commit.");
   std::vector<uint64_t> counts;

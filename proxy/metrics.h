@@ -45,8 +45,8 @@ class Histogram {
 // What one finished exchange contributes.
 struct ExchangeSample {
   Outcome outcome = Outcome::kPassthrough;
-  std::optional<ErrorCode> error;           // the gateway's own error answer, if any
-  int upstream_status = 0;                  // 0: no upstream response
+  std::optional<ErrorCode> error;  // the gateway's own error answer, if any
+  int upstream_status = 0;         // 0: no upstream response
   std::optional<UpstreamError> upstream_error;
   int64_t total_us = 0;
   int64_t upstream_us = -1;  // -1: nothing went upstream

@@ -80,8 +80,8 @@ TEST_F(AccessLogTest, OneJsonLinePerExchangeWithoutSecrets) {
   for (const std::string& line : lines) {
     e.push_back(ParseFlatJson(line));
     ASSERT_FALSE(e.back().empty()) << "not a flat JSON object: " << line;
-    EXPECT_TRUE(std::regex_match(e.back()["time"],
-                                 std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")))
+    EXPECT_TRUE(
+        std::regex_match(e.back()["time"], std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")))
         << line;
     EXPECT_TRUE(std::regex_match(e.back()["latency_ms"], std::regex(R"(\d+\.\d{3})"))) << line;
     EXPECT_EQ(e.back()["client_ip"], "127.0.0.1");
@@ -93,7 +93,8 @@ TEST_F(AccessLogTest, OneJsonLinePerExchangeWithoutSecrets) {
   EXPECT_EQ(e[0]["attempt"], "1");
   EXPECT_EQ(e[0].count("error"), 0u);
   EXPECT_TRUE(e[0].count("upstream_ms"));
-  EXPECT_EQ(e[0]["bytes_out"], std::to_string(std::string(R"({"id":"pi_1","state":"created"})").size()));
+  EXPECT_EQ(e[0]["bytes_out"],
+            std::to_string(std::string(R"({"id":"pi_1","state":"created"})").size()));
   EXPECT_TRUE(std::regex_match(e[0]["key_hash"], std::regex("[0-9a-f]{16}"))) << lines[0];
 
   EXPECT_EQ(e[1]["outcome"], "replay");

@@ -50,14 +50,14 @@ TEST_F(AdminTest, EveryCounterMovesWithItsOutcome) {
   Set("upstream", "response_timeout", "\"1s\"");
   StartWithAdmin();
   std::string before = Scrape();
-  for (const char* outcome : {"fresh", "replay", "in_flight", "takeover", "mismatch",
-                              "passthrough"}) {
+  for (const char* outcome :
+       {"fresh", "replay", "in_flight", "takeover", "mismatch", "passthrough"}) {
     EXPECT_EQ(Requests(before, outcome), 0) << outcome << "\n" << before;
   }
 
-  ASSERT_EQ(Post("m-1", "{\"a\":1}").status, 201);  // fresh, 2xx
-  ASSERT_EQ(Post("m-1", "{\"a\":1}").status, 201);  // replay
-  ASSERT_EQ(Post("m-1", "{\"a\":2}").status, 422);  // mismatch
+  ASSERT_EQ(Post("m-1", "{\"a\":1}").status, 201);                      // fresh, 2xx
+  ASSERT_EQ(Post("m-1", "{\"a\":1}").status, 201);                      // replay
+  ASSERT_EQ(Post("m-1", "{\"a\":2}").status, 422);                      // mismatch
   ASSERT_EQ(Post("m-2", "{}", "/v1/payment_intents", {}).status, 401);  // rejected
   {
     TestClient client(port_);

@@ -66,8 +66,7 @@ TEST_F(RecordApiTest, ReturnsTheRecordForTheRightToken) {
   std::string fp = ExpectedFingerprintPrefix("POST", "/v1/payment_intents", body);
 
   // The credential as a header, and as a query parameter; the key quoted or bare (K1).
-  for (const auto& [query, headers] :
-       std::vector<std::pair<std::string, HeaderList>>{
+  for (const auto& [query, headers] : std::vector<std::pair<std::string, HeaderList>>{
            {"key=r-get", Auth(kToken)},
            {"key=%22r-get%22", Auth(kToken)},
            {"key=r-get&credential=Bearer%20merchant-demo",
