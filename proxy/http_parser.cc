@@ -135,7 +135,7 @@ struct Engine {
   // Forgets the current message (not the stream position).
   void ResetMessage() {
     started = headers_complete = message_complete = false;
-    interim = in_trailers = chunk_pause = false;
+    interim = in_trailers = feed_pause = false;
     chunk_data_left = 0;
     chunk_crlf_left = 0;
     ++resets;
@@ -188,7 +188,7 @@ struct Engine {
   bool message_complete = false;
   bool interim = false;          // responses: the current message is a 1xx to skip
   bool in_trailers = false;      // past the last chunk: the bytes count against the header limit
-  bool chunk_pause = false;      // llhttp paused after a chunk-size line (Feed tracks the chunk)
+  bool feed_pause = false;       // llhttp paused (chunk-size line, skipped 1xx) for Feed to act
   uint64_t chunk_data_left = 0;  // bytes of the current chunk's data not yet seen by Feed
   int chunk_crlf_left = 0;       // bytes of the CRLF after the chunk's data still to check
   uint64_t resets = 0;           // ResetMessage calls (a skipped 1xx resets inside Execute)
@@ -250,7 +250,7 @@ void Engine::InitSettings() {
     // Pause so Feed knows where the chunk's data starts: llhttp's loose build skips the two
     // bytes after the data without looking at them, so Feed checks they are CRLF. After the
     // last chunk come the trailers, whose bytes Feed counts against the header limit.
-    e->chunk_pause = true;
+    e->feed_pause = true;
     e->chunk_data_left = p->content_length;
     e->chunk_crlf_left = p->content_length > 0 ? 2 : 0;
     if (p->content_length == 0) e->in_trailers = true;
@@ -342,7 +342,9 @@ int Engine::OnMessageComplete() {
   if (interim) {
     ResetMessage();  // forget the 1xx and keep parsing the same stream
     started = true;
-    return 0;
+    // Pause so that Feed scans the next response's header section from its first byte.
+    feed_pause = true;
+    return HPE_PAUSED;
   }
   keep_alive = llhttp_should_keep_alive(&parser) != 0;
   message_complete = true;
@@ -366,8 +368,8 @@ size_t Engine::Execute(const char* data, size_t len) {
   const char* pos = llhttp_get_error_pos(&parser);
   size_t used = (pos != nullptr && pos >= data && pos <= data + len) ? pos - data : len;
   if (err == HPE_PAUSED && message_complete) return used;
-  if (err == HPE_PAUSED && chunk_pause) {
-    chunk_pause = false;
+  if (err == HPE_PAUSED && feed_pause) {
+    feed_pause = false;
     llhttp_resume(&parser);
     return used;
   }

@@ -4,6 +4,8 @@
 // Input: byte 0 = flags (bit 0: the request was HEAD, bit 1: small body limit, bit 2: replayed,
 // bit 3: close), byte 1 = the seed of the split sizes, the rest = what the upstream sends.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,7 @@ namespace {
 struct Outcome {
   bool complete = false;
   ParseError error = ParseError::kNone;
+  std::string detail;
   Response response;
 };
 
@@ -40,7 +43,8 @@ Outcome Parse(std::string_view stream, const std::vector<size_t>& pieces, bool h
   out.complete = parser.message_complete();
   // FeedEof always settles it: a response, or an error for a person.
   FUZZ_CHECK(out.complete != (out.error != ParseError::kNone));
-  if (out.error != ParseError::kNone) FUZZ_CHECK(!parser.error_detail().empty());
+  out.detail = parser.error_detail();
+  if (out.error != ParseError::kNone) FUZZ_CHECK(!out.detail.empty());
   if (out.complete) out.response = parser.TakeResponse();
   return out;
 }
@@ -94,6 +98,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   Outcome whole = Parse(stream, {stream.size()}, head, max_body);
   Outcome split = Parse(stream, fuzz::SplitSizes(data[1], stream.size()), head, max_body);
+  if (std::getenv("FUZZ_VERBOSE") != nullptr) {
+    for (const Outcome* o : {&whole, &split}) {
+      std::fprintf(stderr, "%s: complete %d, error %d (%s)\n", o == &whole ? "whole" : "split",
+                   o->complete, static_cast<int>(o->error), o->detail.c_str());
+    }
+  }
   FUZZ_CHECK(whole.error == split.error);
   FUZZ_CHECK(whole.complete == split.complete);
   if (!whole.complete) return 0;

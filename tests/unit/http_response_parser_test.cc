@@ -202,5 +202,50 @@ TEST(ResponseParser, ChunkDataMustEndInCrlf) {
   EXPECT_EQ(ok.response.body, "abc");
 }
 
+// Fuzzer finding (response_fuzz, whole vs split): llhttp may end a skipped 1xx before the
+// header scanner does; the next response's bytes then went to llhttp unscanned when they came
+// in one piece. Feed now pauses after each 1xx and scans the next response from its first byte.
+TEST(ResponseParser, BytesAfterAnInterimResponseAreScannedWhateverTheSplit) {
+  const std::string raw(
+      "HTTP/1.1 100 Continue\x0d\x0a\x0d\x0aHTTP/1.1 103 Eary Hints\x00"
+      "1/1.1 12\x00"
+      "0"
+      "3 Early\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00 Hioniontin0\x03"
+      "\x00\x00\x00\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e"
+      "\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e\x1e"
+      "200 TTP/0.1 200 K\x0d\x0aTransfer-E"
+      "ncoding: chunked\x0d\x0aX-A: 1\x0d\x0a\x0d\x0a"
+      "3\x0d\x0a"
+      "abc\x0d\x0a"
+      "0\x0d\x0a"
+      "X-T: nlivg: chue\x0d\x0a\x0d\x0aHTTP/1.1 103 EarlTP/]ontinue\x0d:\x0d\x0aHTTP/1.1"
+      " 301 EarlTP/]1.\xff\xff\xff\x00"
+      "1 100 Continue\x0d\x0a\x0d\x0aHTTP/1.1 103 Early"
+      " Hints\x00"
+      "1/1.1 103 Early\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "2.\xff\xff\xff\x00"
+      "1 10\x00\x00"
+      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "0 Continue\x0d\x0a\x0d"
+      "\x0aHTTP/1.1 051 Early Hints\x00"
+      "0/1.1 103 Early\x00\x00\x00\x00\x00\x00\x00\x00"
+      "tinue\x0d\x0a\x0d\x0aH$TTP/1.1 103ed\x0d\x0aX-A: \x0d\x0aok",
+      523);
+  Result whole = Parse(raw, false, true);
+  ResponseParser parser(1 << 20);
+  parser.Begin(false);
+  for (char c : raw) {
+    if (parser.error() != ParseError::kNone || parser.message_complete()) break;
+    parser.Feed(&c, 1);
+  }
+  if (!parser.message_complete() && parser.error() == ParseError::kNone) parser.FeedEof();
+  EXPECT_EQ(whole.error, parser.error());
+  EXPECT_EQ(whole.complete, parser.message_complete());
+  EXPECT_EQ(whole.error, ParseError::kMalformed);
+}
+
 }  // namespace
 }  // namespace idemgate
