@@ -35,6 +35,8 @@ def parse_args(argv):
     p.add_argument("--perf", metavar="DIR", default="",
                    help="after the rounds, perf-record idemgate (workers=1) under passthrough "
                         "and fresh for --duration s each; data and reports go to DIR")
+    p.add_argument("--sync", choices=["true", "false"], default="true",
+                   help="store.sync (default true; false only to see what the disk costs)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     p.add_argument("--bin", required=True, help="idemgate binary")
     return p.parse_args(argv)
@@ -56,7 +58,7 @@ def start_idemgate(procs, args, tmp, name, upstream_port, workers):
     store = os.path.join(tmp, "store-" + name)
     conf = B.render("idemgate.toml", os.path.join(tmp, name + ".toml"),
                     {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store,
-                     "WORKERS": workers})
+                     "WORKERS": workers, "SYNC": args.sync})
     out = os.path.join(tmp, name + ".out")
     p = procs.start([args.bin, "--config", conf], out)
     B.wait_line(out, "listening on", p)
@@ -143,6 +145,15 @@ def profile(args, tmp, target, upstream_pids):
         log("perf data for %s in %s" % (sc, data))
 
 
+def build_info(binary):
+    root = os.path.dirname(os.path.dirname(B.HERE))
+    git = lambda *a: subprocess.run(["git", "-C", root] + list(a), capture_output=True,
+                                    text=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--", "proxy", "store", "conf", "CMakeLists.txt")
+    return "%s, built from commit %s%s" % (binary, git("rev-parse", "--short", "HEAD"),
+                                          " + uncommitted changes" if dirty else "")
+
+
 def med(rs, key):
     return statistics.median(r[key] for r in rs)
 
@@ -192,8 +203,11 @@ def report(args, results, names, fsync, hwm, filled, load0, load1, cmd):
     for label, s in fsync:
         out.append("- fdatasync (64 B append) %s: p50 %.2f ms, p99 %.2f ms, mean %.2f ms"
                    % (label, *s))
+    if args.sync != "true":
+        out.append("- NOTE: store.sync = %s (diagnostic run, not the benchmark)" % args.sync)
     out.append("- load average (1/5/15 min): start %s, end %s; %d cores" % (load0, load1,
                                                                           os.cpu_count()))
+    out.append("- idemgate binary: %s" % build_info(args.bin))
     out.append("- command: `%s`" % cmd)
     return "\n".join(out)
 
