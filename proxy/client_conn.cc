@@ -86,6 +86,13 @@ void ClientConn::BeginIdle() {
     parser_config_ = config;
   }
   client_timeout_ms_ = config->limits.client_timeout_ms;
+  // A client that takes nothing of an answer for idle_timeout is dropped (EventCb), so it
+  // cannot hold its buffered answer and its descriptor forever. libevent re-arms this timeout
+  // on every successful write, so a slow but steady reader is never cut off.
+  int64_t write_ms = config->limits.idle_timeout_ms;
+  timeval write_tv{static_cast<time_t>(write_ms / 1000),
+                   static_cast<suseconds_t>((write_ms % 1000) * 1000)};
+  bufferevent_set_timeouts(bev_.get(), nullptr, &write_tv);
   timer_.Arm(config->limits.idle_timeout_ms);
   ProcessInput();
 }

@@ -6,6 +6,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <dirent.h>
+
 #include <fstream>
 #include <iostream>
 
@@ -25,6 +27,16 @@ int64_t RssBytes(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
   }
   return 0;
+}
+
+// How many file descriptors `pid` has open.
+int OpenFds(pid_t pid) {
+  int n = 0;
+  DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (dir == nullptr) return -1;
+  while (readdir(dir) != nullptr) ++n;
+  closedir(dir);
+  return n - 2;  // . and ..
 }
 
 UniqueFd ConnectRaw(uint16_t port, bool nonblocking, bool small_window = true) {
@@ -117,6 +129,37 @@ TEST_F(LimitsMemoryTest, SlowReadersOfLargeAnswersAreBounded) {
   Report("4 slow readers of 16 MiB answers, peak", peak);
   EXPECT_TRUE(done);
   EXPECT_LT(peak, 200 * kMiB);
+}
+
+// A client that stops reading a large answer is disconnected after limits.idle_timeout without
+// progress, instead of holding its buffered answer (and a descriptor) forever.
+TEST_F(LimitsMemoryTest, ClientThatStopsReadingIsDisconnected) {
+  constexpr size_t kBody = 16 << 20;
+  Set("server", "workers", "1");
+  Set("limits", "idle_timeout", "\"500ms\"");
+  upstream_.SetBehavior(UpstreamBehavior::BigBody(kBody));
+  StartGateway();
+  int base = OpenFds(gateway_.pid());
+  UniqueFd stalled = ConnectRaw(port_, false, false);
+  const std::string get = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(send(stalled.get(), get.data(), get.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(get.size()));
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  // The upstream connection stays pooled (+1); the stalled client's must go.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  int fds = OpenFds(gateway_.pid());
+  while (fds != base + 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+    fds = OpenFds(gateway_.pid());
+  }
+  EXPECT_EQ(fds, base + 1) << "the stalled client's connection is still open";
+  // What it reads now ends before the whole answer: the gateway gave up on it.
+  size_t got = 0;
+  std::vector<char> buf(64 << 10);
+  timeval tv{5, 0};
+  setsockopt(stalled.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  for (ssize_t n; (n = recv(stalled.get(), buf.data(), buf.size(), 0)) > 0;) got += n;
+  EXPECT_LT(got, kBody);
 }
 
 TEST_F(LimitsMemoryTest, ThousandIdleConnections) {
