@@ -408,20 +408,22 @@ size_t Engine::Feed(const char* data, size_t len) {
       chunk = CheckChunkEnd(data + total, chunk);
       if (chunk < len - total) bad = "a chunk's data is not followed by CRLF";
     }
-    if (counted && chunk + (bad != nullptr ? 1 : 0) > HeaderAllowance()) {
-      // The limit falls before the end of what we have (or on the bad byte): llhttp sees what
-      // fits, so an error earlier in the bytes still wins, then the limit does.
-      size_t used = Execute(data + total, HeaderAllowance());
-      header_bytes += used;
-      total += used;
-      if (error == ParseError::kNone && !message_complete) FailHeadersTooLarge();
-      return total;
-    }
+    // The limit falls before the end of what we have (or on the bad byte): llhttp sees what
+    // fits, so an error earlier in the bytes still wins, then the limit does.
+    const bool over = counted && chunk + (bad != nullptr ? 1 : 0) > HeaderAllowance();
+    if (over) chunk = HeaderAllowance();
     const uint64_t resets_before = resets;
     size_t used = Execute(data + total, chunk);
-    // A skipped 1xx ends exactly at its header section; its bytes do not count for the next.
+    // A skipped 1xx resets the count (and the scanner) at its end: its bytes are not counted
+    // for the next response, and what follows it is scanned again from there.
     if (counted && resets == resets_before) header_bytes += used;
     total += used;
+    if (error != ParseError::kNone || message_complete) return total;
+    if (used > 0 && used < chunk) continue;  // llhttp paused where Feed must look again
+    if (over) {
+      FailHeadersTooLarge();
+      return total;
+    }
     if (bad != nullptr) {
       Fail(ParseError::kMalformed, std::string("The ") +
                                        (type == HTTP_REQUEST ? "request" : "upstream response") +
