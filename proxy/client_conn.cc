@@ -141,9 +141,17 @@ void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
   exchange_ = nullptr;
   if (state_ != State::kExchange) return;
   bool close = close_after_ || read_eof_ || worker_->draining();
-  std::string bytes = SerializeResponse(response, replayed, close, head_request_);
+  // The serialized answer is handed to the output buffer by reference, not copied: a large
+  // answer then exists once while it drains to a slow reader.
+  auto* bytes = new std::string(SerializeResponse(response, replayed, close, head_request_));
   state_ = close ? State::kClosing : State::kWriting;
-  bufferevent_write(bev_.get(), bytes.data(), bytes.size());
+  if (evbuffer_add_reference(
+          bufferevent_get_output(bev_.get()), bytes->data(), bytes->size(),
+          [](const void*, size_t, void* owned) { delete static_cast<std::string*>(owned); },
+          bytes) != 0) {
+    delete bytes;
+    return Close();
+  }
   // WriteCb continues once the answer has left the buffer (back-pressure for pipelining).
 }
 
