@@ -171,6 +171,13 @@ TEST_F(FaultsConnectTest, ConnectTimeoutAgainstFullBacklogReleasesTheClaim) {
   EXPECT_EQ(origin_.requests(), 0);
   fillers.clear();
   origin_.StartAccepting();
+  // The queued filler is accepted first; until then the queue is still full and a new SYN
+  // would be dropped again.
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (origin_.connections() < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(origin_.connections(), 1);
   ExpectKeyExecutesNow("k-connect-timeout");
 }
 
