@@ -33,8 +33,9 @@ def parse_args(argv):
                    help="records to store before reading RSS (0 = skip; default 1000000)")
     p.add_argument("--fill-max-seconds", type=int, default=900, help="bound on the fill phase")
     p.add_argument("--perf", metavar="DIR", default="",
-                   help="after the rounds, perf-record idemgate (workers=1) under passthrough "
-                        "and fresh for --duration s each; data and reports go to DIR")
+                   help="after the rounds, perf-record idemgate (workers=1) under passthrough, "
+                        "fresh and replay (those in --scenarios) for --duration s each; data "
+                        "and reports go to DIR")
     p.add_argument("--sync", choices=["true", "false"], default="true",
                    help="store.sync (default true; false only to see what the disk costs)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
@@ -129,7 +130,7 @@ def fill(args, procs, tmp, upstream_port):
 
 def profile(args, tmp, target, upstream_pids):
     os.makedirs(args.perf, exist_ok=True)
-    for sc in ["passthrough", "fresh"]:
+    for sc in [s for s in args.scenarios.split(",") if s in ("passthrough", "fresh", "replay")]:
         data = os.path.join(args.perf, "perf-%s.data" % sc)
         perf = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384",
                                  "-p", str(target.proc.pid), "-o", data, "--", "sleep",
@@ -189,9 +190,10 @@ def report(args, results, names, fsync, hwm, filled, load0, load1, cmd):
         rows = [" / ".join("%.0f" % r["rps"] for r in results[(sc, n)]) for n in names]
         out.append("- %s: %s; nginx proxy CPU %.1f us/req" %
                    (sc, " | ".join(rows), med(results[(sc, "nginx")], "cpu_us")))
-    out.append("\nconflict: nginx forwards every request to a fast origin location (201), "
-               "idemgate answers 409 from the in-flight record without going upstream; the ratio "
-               "compares one proxied round trip with one local 409.")
+    if (("conflict", "nginx")) in results:
+        out.append("\nconflict: nginx forwards every request to a fast origin location (201), "
+                   "idemgate answers 409 from the in-flight record without going upstream; the "
+                   "ratio compares one proxied round trip with one local 409.")
     for name, kib in hwm.items():
         out.append("- peak RSS (VmHWM) %s during the rounds: %.1f MiB" % (name, kib / MIB))
     if filled:
