@@ -9,6 +9,8 @@
 #include <rocksdb/utilities/write_batch_with_index.h>
 
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -41,9 +43,24 @@ StoreStatus MapStatus(const rocksdb::Status& s) {
   return {code, s.ToString()};
 }
 
+// RocksDB's own diagnostics go to stderr, never to a LOG file in the data directory: on a full
+// disk a failed LOG write followed by another one aborts in Debian's assert-enabled build, and
+// the gateway must survive a full disk (503, then recover).
+class StderrLogger final : public rocksdb::Logger {
+ public:
+  StderrLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    vsnprintf(line, sizeof(line), format, ap);
+    fprintf(stderr, "idemgate store: %s\n", line);
+  }
+};
+
 rocksdb::Options MakeDbOptions(rocksdb::Env* env, const rocksdb::CompactionFilter* filter) {
   rocksdb::Options o;
   o.create_if_missing = true;
+  o.info_log = std::make_shared<StderrLogger>();
   if (env != nullptr) o.env = env;
   o.max_background_jobs = 2;
   o.env->SetBackgroundThreads(2, rocksdb::Env::LOW);
