@@ -2,6 +2,7 @@
 // in order, and close politely (lingering) when the byte stream can no longer be trusted.
 #include "proxy/client_conn.h"
 
+#include <event2/bufferevent_ssl.h>
 #include <sys/socket.h>
 
 #include "proxy/exchange.h"
@@ -26,9 +27,15 @@ ErrorCode ToErrorCode(ParseError error) {
 }
 }  // namespace
 
-ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip)
-    : worker_(worker), peer_ip_(std::move(peer_ip)) {
-  bev_.reset(bufferevent_socket_new(worker->base(), fd, BEV_OPT_CLOSE_ON_FREE));
+ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls)
+    : worker_(worker), peer_ip_(std::move(peer_ip)), tls_(tls != nullptr) {
+  if (tls != nullptr) {
+    bev_.reset(bufferevent_openssl_socket_new(worker->base(), fd, tls, BUFFEREVENT_SSL_ACCEPTING,
+                                              BEV_OPT_CLOSE_ON_FREE));
+    if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
+  } else {
+    bev_.reset(bufferevent_socket_new(worker->base(), fd, BEV_OPT_CLOSE_ON_FREE));
+  }
 }
 
 ClientConn::~ClientConn() {

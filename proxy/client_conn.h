@@ -2,6 +2,8 @@
 // order, 100-continue, client and idle timeouts.
 #pragma once
 
+#include <openssl/ssl.h>
+
 #include <memory>
 #include <string>
 
@@ -17,7 +19,8 @@ class Worker;
 
 class ClientConn {
  public:
-  ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip);
+  // `tls` (owned from here on; may be null) makes this an https connection.
+  ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls = nullptr);
   ~ClientConn();
   void Start();
 
@@ -26,6 +29,7 @@ class ClientConn {
   void SendResponse(const StoredResponse& response, bool replayed);
   // Shutdown: close now when nothing is in progress; otherwise after the current answer.
   void CloseWhenIdle();
+  bool tls() const { return tls_; }
 
  private:
   enum class State {
@@ -63,6 +67,7 @@ class ClientConn {
   bool head_request_ = false;  // the exchange in progress is a HEAD
   bool read_eof_ = false;      // the client half-closed
   bool closed_ = false;
+  bool tls_ = false;
 };
 
 }  // namespace idemgate

@@ -10,12 +10,19 @@
 #include <cerrno>
 #include <cstring>
 
+#include <event2/bufferevent_ssl.h>
+
+#include <chrono>
+
 #include "proxy/http_parser.h"
+#include "proxy/tls.h"
 
 namespace idemgate {
 
 namespace {
 constexpr size_t kMaxIdle = 256;
+// Many servers close idle keep-alive connections after 5 s (Node's default); retire ours first.
+constexpr auto kMaxIdleAge = std::chrono::seconds(2);
 }  // namespace
 
 // One connection to the origin. Busy with at most one call at a time.
@@ -25,7 +32,15 @@ class UpstreamConn {
 
   // Starts connecting; the call begins once connected.
   bool Connect() {
-    bev_.reset(bufferevent_socket_new(pool_->base(), -1, BEV_OPT_CLOSE_ON_FREE));
+    if (pool_->tls() != nullptr) {
+      SSL* ssl = NewUpstreamSsl(pool_->tls(), pool_->host());
+      if (ssl == nullptr) return false;
+      bev_.reset(bufferevent_openssl_socket_new(pool_->base(), -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                                BEV_OPT_CLOSE_ON_FREE));
+      if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
+    } else {
+      bev_.reset(bufferevent_socket_new(pool_->base(), -1, BEV_OPT_CLOSE_ON_FREE));
+    }
     if (!bev_) return false;
     SetCallbacks();
     connecting_ = true;
@@ -40,12 +55,17 @@ class UpstreamConn {
     return true;
   }
 
-  // An idle pooled connection whose peer already closed cannot be used: checked before reuse.
-  bool StillOpen() const {
+  // An idle pooled connection whose peer already closed, or that sat idle long enough for the
+  // peer to be about to close it, is not reused: a POST sent into that race would come back as
+  // an indeterminate upstream_failed the upstream never saw.
+  bool Reusable() const {
+    if (std::chrono::steady_clock::now() - idle_since_ > kMaxIdleAge) return false;
     char byte;
     ssize_t n = recv(bufferevent_getfd(bev_.get()), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
+
+  void MarkIdle() { idle_since_ = std::chrono::steady_clock::now(); }
 
   void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done) {
     request_ = std::move(request);
@@ -175,9 +195,11 @@ class UpstreamConn {
   bool eof_ = false;
   UpstreamLimits limits_;
   UpstreamCallback done_;
+  std::chrono::steady_clock::time_point idle_since_;
 };
 
-UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream) : base_(base) {
+UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* tls)
+    : base_(base), tls_(tls), host_(upstream.host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -200,7 +222,7 @@ std::unique_ptr<UpstreamConn> UpstreamPool::TakeIdle() {
   while (!idle_.empty()) {
     std::unique_ptr<UpstreamConn> conn = std::move(idle_.back());
     idle_.pop_back();
-    if (conn->StillOpen()) return conn;
+    if (conn->Reusable()) return conn;
     dead_.push_back(std::move(conn));  // closed by the peer while idle: replace transparently
     event_active(reaper_.get(), 0, 0);
   }
@@ -232,6 +254,7 @@ void UpstreamPool::OnConnIdle(UpstreamConn* conn) {
     dead_.push_back(std::move(*it));
     event_active(reaper_.get(), 0, 0);
   } else {
+    conn->MarkIdle();
     idle_.push_back(std::move(*it));
   }
   busy_.erase(it);

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include <openssl/ssl.h>
+
 #include "conf/config.h"
 #include "proxy/event_util.h"
 #include "proxy/http_message.h"
@@ -44,7 +46,9 @@ class UpstreamConn;
 class UpstreamPool {
  public:
   // Resolves the upstream address once (at start-up). ok() is false when it cannot.
-  UpstreamPool(event_base* base, const HostPort& upstream);
+  // `tls` (not owned; may be null) makes every connection https, verified against `upstream`'s
+  // host name (SNI and certificate check).
+  UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* tls = nullptr);
   ~UpstreamPool();
   bool ok() const { return addr_len_ > 0; }
   const std::string& error() const { return error_; }
@@ -64,12 +68,16 @@ class UpstreamPool {
   event_base* base() const { return base_; }
   const sockaddr* addr() const { return reinterpret_cast<const sockaddr*>(&addr_); }
   socklen_t addr_len() const { return addr_len_; }
+  SSL_CTX* tls() const { return tls_; }
+  const std::string& host() const { return host_; }
 
  private:
   std::unique_ptr<UpstreamConn> TakeIdle();
   void Reap();
 
   event_base* base_;
+  SSL_CTX* tls_;
+  std::string host_;
   sockaddr_storage addr_{};
   socklen_t addr_len_ = 0;
   std::string error_;
