@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "proxy/access_log.h"
 #include "proxy/client_conn.h"
 #include "proxy/exchange.h"
 #include "proxy/metrics.h"
@@ -179,6 +180,23 @@ void Worker::RecordExchange(const ExchangeSample& sample) {
 
 void Worker::RecordStoreOp(StoreOp op, int64_t micros) {
   if (metrics_) metrics_->RecordStoreOp(op, micros);
+}
+
+void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) {
+  ExchangeSample sample;
+  sample.outcome = Outcome::kRejected;
+  sample.error = code;
+  RecordExchange(sample);
+  AccessLog* log = gateway_->access_log;
+  if (!log) return;
+  AccessEntry entry;
+  entry.time = std::chrono::system_clock::now();
+  entry.client_ip = client_ip;
+  entry.status = GetErrorInfo(code).status;
+  entry.outcome = OutcomeName(Outcome::kRejected);
+  entry.error = code;
+  entry.bytes_out = bytes_out;
+  log->Write(FormatAccessLine(entry));
 }
 
 void Worker::Reap() {

@@ -6,10 +6,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "proxy/errors.h"
 #include "proxy/event_util.h"
 #include "proxy/gateway.h"
 #include "proxy/upstream.h"
@@ -54,6 +56,9 @@ class Worker {
   // This loop's metrics (nothing when metrics are off).
   void RecordExchange(const ExchangeSample& sample);
   void RecordStoreOp(StoreOp op, int64_t micros);
+  // An error the connection answered itself, before any exchange existed (malformed request,
+  // too large, client timeout): counted as rejected and written to the access log.
+  void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out);
 
  private:
   static void OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int len, void* arg);
