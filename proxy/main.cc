@@ -79,6 +79,10 @@ class Server {
     options.path = config.store.path;
     options.sync = config.store.sync;
     options.clock = &clock_;
+    metrics_ = std::make_unique<Metrics>(WorkerCount(config));  // one shard per worker
+    options.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
+      metrics->ObserveBatchSize(ops);
+    };
     store_ = OpenRocksStore(options, error);
     if (!store_) return false;
     gateway_.store = store_.get();
@@ -115,9 +119,8 @@ class Server {
     return count > 0 ? count : 1;
   }
 
-  // Metrics (one shard per worker) and the access log, before any worker starts.
+  // Metrics sources and the access log, before any worker starts.
   bool OpenObservability(const Config& config, std::string* error) {
-    metrics_ = std::make_unique<Metrics>(WorkerCount(config));
     Store* store = store_.get();
     metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
     gateway_.metrics = metrics_.get();
