@@ -277,8 +277,13 @@ int Engine::PushHeader() {
     return 0;
   }
   if (!IsToken(field)) {
-    return Fail(ParseError::kMalformed,
-                "The header name \"" + field.substr(0, 64) + "\" is not a valid token.");
+    // Quoted for a person: at most 64 bytes, anything but printable ASCII as '?', so the JSON
+    // error body stays valid UTF-8.
+    std::string shown = field.substr(0, 64);
+    for (char& c : shown) {
+      if (c < 0x20 || c > 0x7E) c = '?';
+    }
+    return Fail(ParseError::kMalformed, "The header name \"" + shown + "\" is not a valid token.");
   }
   std::string_view trimmed = TrimOws(value);
   headers.push_back(Header{std::move(field), std::string(trimmed)});

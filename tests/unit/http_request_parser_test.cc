@@ -286,5 +286,13 @@ TEST(RequestParser, ChunkDataMustEndInCrlf) {
   EXPECT_EQ(ok.request.body, "hiabc");
 }
 
+TEST(RequestParser, ErrorDetailIsPrintableAscii) {
+  for (std::string name : {"Bad Name", "X\x01Y", "Caf\xc3\xa9", "\xff\xfe"}) {
+    Parsed p = ParseAll("GET / HTTP/1.1\r\n" + name + ": v\r\n\r\n");
+    EXPECT_EQ(p.error, ParseError::kMalformed) << name;
+    for (char c : p.detail) EXPECT_TRUE(c >= 0x20 && c < 0x7F) << p.detail;
+  }
+}
+
 }  // namespace
 }  // namespace idemgate
