@@ -47,6 +47,8 @@ void ClientConn::Start() {
   bufferevent_setwatermark(bev_.get(), EV_READ, 0, kReadHighWater);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
   timer_.Init<ClientConn, &ClientConn::OnTimer>(worker_->base(), this);
+  resume_.reset(event_new(worker_->base(), -1, 0,
+                          &EventTrampoline<ClientConn, &ClientConn::OnWritten>, this));
   BeginIdle();
 }
 
@@ -59,14 +61,7 @@ void ClientConn::ReadCb(bufferevent*, void* arg) {
   self->ProcessInput();
 }
 
-void ClientConn::WriteCb(bufferevent*, void* arg) {
-  auto* self = static_cast<ClientConn*>(arg);
-  if (self->state_ == State::kWriting) {
-    self->BeginIdle();
-  } else if (self->state_ == State::kClosing) {
-    self->BeginLinger();
-  }
-}
+void ClientConn::WriteCb(bufferevent*, void* arg) { static_cast<ClientConn*>(arg)->OnWritten(); }
 
 void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
@@ -148,18 +143,43 @@ void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
   exchange_ = nullptr;
   if (state_ != State::kExchange) return;
   bool close = close_after_ || read_eof_ || worker_->draining();
-  // The serialized answer is handed to the output buffer by reference, not copied: a large
-  // answer then exists once while it drains to a slow reader.
-  auto* bytes = new std::string(SerializeResponse(response, replayed, close, head_request_));
   state_ = close ? State::kClosing : State::kWriting;
-  if (evbuffer_add_reference(
-          bufferevent_get_output(bev_.get()), bytes->data(), bytes->size(),
-          [](const void*, size_t, void* owned) { delete static_cast<std::string*>(owned); },
-          bytes) != 0) {
-    delete bytes;
-    return Close();
+  if (!Write(SerializeResponse(response, replayed, close, head_request_))) return Close();
+  // WriteCb continues once a queued answer has left the buffer (back-pressure for pipelining);
+  // an answer the socket took at once continues on the next loop turn (no recursion).
+  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) event_active(resume_.get(), 0, 0);
+}
+
+// Sends what the socket takes right away (saving the epoll round trip and the EPOLLOUT
+// arming a buffered write costs), and hands the rest to the output buffer by reference, so a
+// large answer exists once while it drains to a slow reader. False when the write failed.
+bool ClientConn::Write(std::string bytes) {
+  evbuffer* out = bufferevent_get_output(bev_.get());
+  size_t sent = 0;
+  if (!tls_ && evbuffer_get_length(out) == 0) {
+    ssize_t n = send(bufferevent_getfd(bev_.get()), bytes.data(), bytes.size(),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) sent = static_cast<size_t>(n);
   }
-  // WriteCb continues once the answer has left the buffer (back-pressure for pipelining).
+  if (sent == bytes.size()) return true;
+  auto* owned = new std::string(std::move(bytes));
+  if (evbuffer_add_reference(
+          out, owned->data() + sent, owned->size() - sent,
+          [](const void*, size_t, void* arg) { delete static_cast<std::string*>(arg); },
+          owned) != 0) {
+    delete owned;
+    return false;
+  }
+  return true;
+}
+
+void ClientConn::OnWritten() {
+  if (closed_) return;
+  if (state_ == State::kWriting) {
+    BeginIdle();
+  } else if (state_ == State::kClosing) {
+    BeginLinger();
+  }
 }
 
 void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
@@ -203,6 +223,7 @@ void ClientConn::Close() {
     exchange_ = nullptr;
   }
   timer_.Cancel();
+  if (resume_) event_del(resume_.get());
   bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
   worker_->RemoveConn(this);
 }

@@ -52,6 +52,8 @@ class ClientConn {
   void Close();
   void BeginIdle();
   void BeginLinger();
+  [[nodiscard]] bool Write(std::string bytes);
+  void OnWritten();
 
   Worker* worker_;
   BufferEventPtr bev_;
@@ -60,6 +62,7 @@ class ClientConn {
   std::shared_ptr<const Config> parser_config_;  // the config the parser's limits came from
   int64_t client_timeout_ms_ = 0;
   Timer timer_;
+  EventPtr resume_;  // continues after an answer the socket took at once
   State state_ = State::kIdle;
   Exchange* exchange_ = nullptr;
   bool continue_sent_ = false;

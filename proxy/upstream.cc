@@ -93,9 +93,19 @@ class UpstreamConn {
 
   void SendRequest() {
     timer_.Arm(limits_.response_timeout_ms);
-    bufferevent_write(bev_.get(), request_.data(), request_.size());
-    request_.clear();
-    request_.shrink_to_fit();
+    // Straight to the socket when nothing is queued (no EPOLLOUT round trip); the rest, if the
+    // socket took only part, goes through the bufferevent.
+    size_t sent = 0;
+    if (pool_->tls() == nullptr &&
+        evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) {
+      ssize_t n = send(bufferevent_getfd(bev_.get()), request_.data(), request_.size(),
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent = static_cast<size_t>(n);
+    }
+    if (sent < request_.size()) {
+      bufferevent_write(bev_.get(), request_.data() + sent, request_.size() - sent);
+    }
+    std::string().swap(request_);  // an idle pooled connection keeps no request buffer
   }
 
   void OnRead() {
