@@ -65,6 +65,7 @@ void ClientConn::WriteCb(bufferevent*, void* arg) { static_cast<ClientConn*>(arg
 
 void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
+  if (what & BEV_EVENT_CONNECTED) return;  // the TLS handshake finished
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
     self->read_eof_ = true;
     // A half-closed client still gets the answer to the request it completed.
@@ -185,6 +186,7 @@ void ClientConn::OnWritten() {
 void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
   timer_.Cancel();
   std::string bytes = SerializeResponse(MakeErrorResponse(code, detail), false, true, false);
+  worker_->RecordConnectionError(code, peer_ip_, bytes.size());
   state_ = State::kClosing;
   bufferevent_write(bev_.get(), bytes.data(), bytes.size());
 }

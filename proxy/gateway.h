@@ -1,6 +1,8 @@
 // What every worker loop shares: the current config, the store, the clock, the access log.
 #pragma once
 
+#include <openssl/ssl.h>
+
 #include <atomic>
 #include <memory>
 
@@ -20,6 +22,8 @@ struct Gateway {
   const Clock* clock = nullptr;
   AccessLog* access_log = nullptr;  // may be null (off)
   Metrics* metrics = nullptr;       // may be null
+  SSL_CTX* server_tls = nullptr;    // client-facing TLS (listen.tls_cert/tls_key); may be null
+  SSL_CTX* upstream_tls = nullptr;  // https upstream; may be null
 
   std::shared_ptr<const Config> Snapshot() const { return config.load(); }
 };

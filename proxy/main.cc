@@ -17,6 +17,8 @@
 #include "proxy/admin.h"
 #include "proxy/event_util.h"
 #include "proxy/gateway.h"
+#include "proxy/reload.h"
+#include "proxy/tls.h"
 #include "proxy/metrics.h"
 #include "proxy/worker.h"
 #include "store/rocks_store.h"
@@ -69,7 +71,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
 // Runs until SIGTERM/SIGINT; then drains the workers within the grace period.
 class Server {
  public:
-  explicit Server(std::shared_ptr<const Config> config) { gateway_.config.store(config); }
+  Server(std::shared_ptr<const Config> config, std::string config_path)
+      : config_path_(std::move(config_path)) {
+    gateway_.config.store(config);
+  }
 
   bool Open(std::string* error) {
     const Config& config = *gateway_.Snapshot();
@@ -87,7 +92,7 @@ class Server {
     if (!store_) return false;
     gateway_.store = store_.get();
     gateway_.clock = &clock_;
-    if (!OpenObservability(config, error)) return false;
+    if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
     // The admin thread first: a failure here leaves no worker thread running.
     return StartAdmin(config, error) && StartWorkers(config, error);
   }
@@ -134,6 +139,21 @@ class Server {
     return true;
   }
 
+  // TLS contexts, shared read-only by every worker's connections.
+  bool OpenTls(const Config& config, std::string* error) {
+    if (!config.listen.tls_cert.empty()) {
+      server_tls_ = MakeServerTlsContext(config.listen.tls_cert, config.listen.tls_key, error);
+      if (!server_tls_) return false;
+      gateway_.server_tls = server_tls_.get();
+    }
+    if (config.upstream.tls) {
+      upstream_tls_ = MakeClientTlsContext(config.upstream.ca_file, error);
+      if (!upstream_tls_) return false;
+      gateway_.upstream_tls = upstream_tls_.get();
+    }
+    return true;
+  }
+
   bool StartAdmin(const Config& config, std::string* error) {
     if (config.admin.address.empty()) return true;
     admin_ = std::make_unique<AdminServer>(&gateway_, metrics_.get());
@@ -161,10 +181,28 @@ class Server {
     return true;
   }
 
-  // SIGHUP: reopen the access log at its path (after logrotate renamed the old file).
+  // SIGHUP: reopen the access log at its path (after logrotate renamed the old file), and
+  // reload the config file: live keys apply to new exchanges; a broken file changes nothing.
   static void OnHangup(evutil_socket_t, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
     if (self->access_log_) self->access_log_->Reopen();
+    self->Reload();
+  }
+
+  void Reload() {
+    ConfigResult loaded = LoadConfig(config_path_);
+    if (!loaded.ok()) {
+      fprintf(stderr, "idemgate: reload failed, keeping the running config: %s\n",
+              loaded.error.c_str());
+      return;
+    }
+    ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
+    for (const std::string& key : plan.ignored) {
+      fprintf(stderr, "idemgate: reload: %s changed; it takes effect after a restart\n",
+              key.c_str());
+    }
+    gateway_.config.store(plan.config);
+    fprintf(stderr, "idemgate: config reloaded from %s\n", config_path_.c_str());
   }
 
   static void OnStop(evutil_socket_t, short, void* arg) {
@@ -173,7 +211,10 @@ class Server {
     event_base_loopbreak(self->main_base_);
   }
 
+  std::string config_path_;
   SystemClock clock_;
+  SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
+  SslCtxPtr upstream_tls_;
   Gateway gateway_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Metrics> metrics_;
@@ -197,7 +238,7 @@ int Main(int argc, char** argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   evthread_use_pthreads();
-  Server server(loaded.config);
+  Server server(loaded.config, args.config_path);
   std::string error;
   if (!server.Open(&error)) {
     fprintf(stderr, "idemgate: %s\n", error.c_str());

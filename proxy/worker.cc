@@ -85,7 +85,8 @@ bool Worker::Init(std::string* error) {
   mailbox_ev_.reset(
       event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::DrainMailbox>, this));
   reaper_.reset(event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::Reap>, this));
-  upstream_ = std::make_unique<UpstreamPool>(base_.get(), gateway_->Snapshot()->upstream.addr);
+  upstream_ = std::make_unique<UpstreamPool>(base_.get(), gateway_->Snapshot()->upstream.addr,
+                                             gateway_->upstream_tls);
   if (!upstream_->ok()) {
     *error = upstream_->error();
     return false;
@@ -120,11 +121,14 @@ void Worker::Join() {
 }
 
 void Worker::Post(std::function<void()> fn) {
+  bool was_empty;
   {
     std::lock_guard<std::mutex> lock(mailbox_mu_);
+    was_empty = mailbox_.empty();
     mailbox_.push_back(std::move(fn));
   }
-  event_active(mailbox_ev_.get(), 0, 0);
+  // Only the first post after a drain needs to wake the loop (the drain takes everything).
+  if (was_empty) event_active(mailbox_ev_.get(), 0, 0);
 }
 
 void Worker::DrainMailbox() {
@@ -144,7 +148,15 @@ void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, vo
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  auto conn = std::make_unique<ClientConn>(self, fd, PeerIp(sa));
+  SSL* tls = nullptr;
+  if (self->gateway_->server_tls != nullptr) {
+    tls = SSL_new(self->gateway_->server_tls);
+    if (tls == nullptr) {
+      close(fd);
+      return;
+    }
+  }
+  auto conn = std::make_unique<ClientConn>(self, fd, PeerIp(sa), tls);
   ClientConn* raw = conn.get();
   self->conns_.emplace(raw, std::move(conn));
   if (self->metrics_) self->metrics_->ConnectionOpened();
