@@ -1,6 +1,9 @@
 // The life of one request (see exchange.h and README "Life of a request").
 #include "proxy/exchange.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "proxy/access_log.h"
 #include "proxy/client_conn.h"
 #include "proxy/metrics.h"
@@ -9,6 +12,7 @@
 namespace idemgate {
 
 namespace {
+constexpr int64_t kLeaseMarginMs = 1'000;  // a completion retry stops this long before the lease
 using Steady = std::chrono::steady_clock;
 
 int64_t MicrosSince(Steady::time_point start) {
@@ -42,6 +46,7 @@ Exchange::Exchange(Worker* worker, ClientConn* conn, Request request, std::strin
       config_(worker->gateway().Snapshot()),
       request_(std::move(request)),
       client_ip_(std::move(client_ip)),
+      proto_(conn->tls() ? "https" : "http"),
       started_(Steady::now()) {}
 
 Exchange::~Exchange() = default;
@@ -118,6 +123,9 @@ void Exchange::OnClaim(ClaimResult result) {
     case ClaimOutcome::kTakeover:
       outcome_ = result.outcome == ClaimOutcome::kFresh ? Outcome::kFresh : Outcome::kTakeover;
       token_ = std::move(result.token);
+      // Past the lease a retry may take over; a completion must land before that.
+      complete_deadline_ = Steady::now() + std::chrono::milliseconds(std::max<int64_t>(
+                                                config_->idempotency.lease_ms - kLeaseMarginMs, 0));
       return Forward();
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
@@ -137,7 +145,7 @@ void Exchange::Forward() {
   limits.connect_timeout_ms = config_->upstream.connect_timeout_ms;
   limits.response_timeout_ms = config_->upstream.response_timeout_ms;
   limits.max_response_body = config_->limits.max_response_body;
-  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, "http");
+  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_);
   worker_->upstream().Send(std::move(bytes), request_.method == "HEAD", limits,
                            [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }
@@ -174,6 +182,10 @@ void Exchange::OnUpstream(UpstreamResult result) {
 
 void Exchange::CompleteWith(StoredResponse response) {
   pending_ = std::move(response);
+  SendComplete();
+}
+
+void Exchange::SendComplete() {
   Steady::time_point start = Steady::now();
   worker_->gateway().store->Complete(token_, pending_, [this, start](StoreStatus status) {
     int64_t us = MicrosSince(start);
@@ -192,15 +204,34 @@ void Exchange::OnComplete(const StoreStatus& status) {
     outcome_ = Outcome::kInFlight;
     return RespondInUse(1);
   }
-  RespondError(ErrorCode::kStoreUnavailable);
+  // The upstream executed but its result is not durable yet. Retry while the lease holds, so a
+  // store that recovers (disk space freed) still records it and no retry can execute twice.
+  Steady::time_point next = Steady::now() + std::chrono::milliseconds(complete_backoff_ms_);
+  if (status.code != StoreCode::kShutdown && next < complete_deadline_) {
+    if (!retry_timer_.armed()) retry_timer_.Init<Exchange, &Exchange::SendComplete>(
+        worker_->base(), this);
+    retry_timer_.Arm(complete_backoff_ms_);
+    complete_backoff_ms_ = std::min<int64_t>(complete_backoff_ms_ * 2, 1'000);
+    return;
+  }
+  // Not "nothing went upstream" (503): the outcome is unknown, as for an upstream failure.
+  fprintf(stderr, "idemgate: result of an executed request could not be stored: %s\n",
+          status.message.c_str());
+  RespondError(ErrorCode::kUpstreamFailed,
+               "The request was forwarded upstream, but its result could not be recorded; its "
+               "outcome is unknown.");
 }
 
 void Exchange::Release(ErrorCode code, const std::string& detail) {
   Steady::time_point start = Steady::now();
-  worker_->gateway().store->Release(token_, [this, code, start](StoreStatus) {
+  worker_->gateway().store->Release(token_, [this, code, start](StoreStatus status) {
     int64_t us = MicrosSince(start);
-    OnLoop([this, code, us]() {
+    OnLoop([this, code, us, status = std::move(status)]() {
       worker_->RecordStoreOp(StoreOp::kRelease, us);
+      if (!status.ok()) {
+        // The record stays in flight: retries get 409 until the lease ends, then take over.
+        fprintf(stderr, "idemgate: releasing a claim failed: %s\n", status.message.c_str());
+      }
       RespondError(code);
     });
   });
@@ -234,6 +265,9 @@ void Exchange::RespondError(ErrorCode code, const std::string& detail) {
 void Exchange::Respond(const StoredResponse& response, bool replayed) {
   status_ = response.status;
   bytes_out_ = response.body.size();
+  // Counted and logged before the answer leaves, so a client that has its answer also sees
+  // it in /metrics.
+  if (!finished_) RecordFinished();
   if (conn_) conn_->SendResponse(response, replayed);
   conn_ = nullptr;
   Finish();
@@ -242,7 +276,6 @@ void Exchange::Respond(const StoredResponse& response, bool replayed) {
 void Exchange::Finish() {
   if (finished_) return;
   finished_ = true;
-  RecordFinished();
   worker_->RemoveExchange(this);
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "proxy/event_util.h"
 #include "proxy/guard.h"
 #include "proxy/http_message.h"
 #include "proxy/upstream.h"
@@ -46,6 +47,7 @@ class Exchange {
   void Forward();
   void OnUpstream(UpstreamResult result);
   void CompleteWith(StoredResponse response);
+  void SendComplete();
   void OnComplete(const StoreStatus& status);
   void Release(ErrorCode code, const std::string& detail);
   void RespondInUse(int64_t retry_after_s);
@@ -67,6 +69,10 @@ class Exchange {
   GuardDecision guard_;
   ClaimToken token_;
   StoredResponse pending_;  // the result being made durable by Complete
+  std::chrono::steady_clock::time_point complete_deadline_;  // retries of Complete stop here
+  int64_t complete_backoff_ms_ = 50;
+  Timer retry_timer_;
+  const char* proto_;  // "http" or "https": the client connection's, for X-Forwarded-Proto
   Outcome outcome_ = Outcome::kPassthrough;
   int status_ = 0;
   std::optional<ErrorCode> error_;  // the gateway's own error answer, if any
