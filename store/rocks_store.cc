@@ -8,6 +8,7 @@
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/write_batch_with_index.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -52,8 +53,10 @@ class StderrLogger final : public rocksdb::Logger {
   using rocksdb::Logger::Logv;
   void Logv(const char* format, va_list ap) override {
     char line[1024];
-    vsnprintf(line, sizeof(line), format, ap);
-    fprintf(stderr, "idemgate store: %s\n", line);
+    int n = vsnprintf(line, sizeof(line), format, ap);
+    size_t len = n < 0 ? 0 : std::min(static_cast<size_t>(n), sizeof(line) - 1);
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ' ')) --len;
+    fprintf(stderr, "idemgate store: %.*s\n", static_cast<int>(len), line);
   }
 };
 
