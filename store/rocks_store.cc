@@ -13,6 +13,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -431,6 +432,9 @@ std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, r
     if (error) *error = "RocksStore needs a path and a clock";
     return nullptr;
   }
+  // Created here so RocksDB does not log a false "error" while it creates the directory.
+  std::error_code ignored;
+  std::filesystem::create_directories(options.path, ignored);
   auto filter = std::make_unique<TtlCompactionFilter>(options.clock);
   rocksdb::Options db_options = MakeDbOptions(env, filter.get());
   rocksdb::DB* raw = nullptr;
