@@ -149,6 +149,7 @@ class RocksStore final : public Store {
   const std::string path_;
   const rocksdb::Options db_options_;
   const size_t max_batch_;
+  const std::function<void(size_t, int64_t)> on_batch_;  // after each group commit
   std::unique_ptr<TtlCompactionFilter> filter_;  // outlives db_ (declared first)
   std::unique_ptr<rocksdb::DB> db_;
   std::shared_mutex db_mu_;  // shared: readers of db_; exclusive: Close destroying it
@@ -163,7 +164,6 @@ class RocksStore final : public Store {
   // Writer thread only.
   rocksdb::WriteBatchWithIndex batch_;
   rocksdb::WriteOptions write_options_;
-  std::function<void(size_t, int64_t)> on_batch_;
   rocksdb::ReadOptions read_options_;
   std::mt19937_64 rng_{std::random_device{}()};
   bool need_resume_ = false;

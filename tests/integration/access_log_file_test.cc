@@ -26,8 +26,9 @@ std::map<std::string, std::string> ParseFlatJson(const std::string& line) {
     std::string value = m[2];
     if (!value.empty() && value.front() == '"') value = value.substr(1, value.size() - 2);
     out[m[1]] = value;
+    bool last = m[3] == "}";  // read before `rest` (which `m` points into) changes
     rest = m.suffix();
-    if (m[3] == "}") return rest.empty() ? out : std::map<std::string, std::string>{};
+    if (last) return rest.empty() ? out : std::map<std::string, std::string>{};
   }
   return {};
 }
