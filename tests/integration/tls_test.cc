@@ -32,11 +32,11 @@ class TlsTest : public GatewayTest {
     ASSERT_TRUE(ca) << error;
     auto wrong = MakeTestCa(dir_, "wrong-ca", &error);
     ASSERT_TRUE(wrong) << error;
-    auto server = MakeTestServerCert(dir_, "server", *ca, "localhost",
-                                     "DNS:localhost,IP:127.0.0.1", &error);
+    auto server =
+        MakeTestServerCert(dir_, "server", *ca, "localhost", "DNS:localhost,IP:127.0.0.1", &error);
     ASSERT_TRUE(server) << error;
-    auto other = MakeTestServerCert(dir_, "other", *ca, "other.example", "DNS:other.example",
-                                    &error);
+    auto other =
+        MakeTestServerCert(dir_, "other", *ca, "other.example", "DNS:other.example", &error);
     ASSERT_TRUE(other) << error;
     ca_ = *ca;
     wrong_ca_ = *wrong;
@@ -47,9 +47,18 @@ class TlsTest : public GatewayTest {
   // curl POST with an Idempotency-Key to https://HOST:port_/v1/payment_intents, plus `extra`.
   CurlResult CurlPost(const std::string& key, std::vector<std::string> extra,
                       const std::string& host = "localhost", uint16_t port = 0) {
-    std::vector<std::string> args = {
-        "-X", "POST", "-H", "Authorization: Bearer merchant-demo", "-H", "Idempotency-Key: " + key,
-        "-H", "Content-Type: application/json", "--data-binary", kBody, "--max-time", "10"};
+    std::vector<std::string> args = {"-X",
+                                     "POST",
+                                     "-H",
+                                     "Authorization: Bearer merchant-demo",
+                                     "-H",
+                                     "Idempotency-Key: " + key,
+                                     "-H",
+                                     "Content-Type: application/json",
+                                     "--data-binary",
+                                     kBody,
+                                     "--max-time",
+                                     "10"};
     args.insert(args.end(), extra.begin(), extra.end());
     args.push_back("https://" + host + ":" + std::to_string(port != 0 ? port : port_) +
                    "/v1/payment_intents");
@@ -154,7 +163,6 @@ TEST_F(TlsListenerTest, PlainHttpOnTheTlsPortGetsNoAnswer) {
   EXPECT_EQ(upstream_.requests(), 0);
 }
 
-
 // ---- https upstreams: gateway A (plain) -> gateway B (TLS listener) -> FakeUpstream ----
 
 class HttpsUpstreamTest : public TlsTest {
@@ -170,8 +178,8 @@ class HttpsUpstreamTest : public TlsTest {
   void StartTlsOrigin(const CertFiles& cert) {
     std::string config =
         "[listen]\naddress = \"127.0.0.1:0\"\ntls_cert = \"" + cert.cert + "\"\ntls_key = \"" +
-        cert.key + "\"\n[upstream]\nurl = \"http://127.0.0.1:" +
-        std::to_string(upstream_.port()) + "\"\n[store]\npath = \"" + origin_dir_.Path("data") +
+        cert.key + "\"\n[upstream]\nurl = \"http://127.0.0.1:" + std::to_string(upstream_.port()) +
+        "\"\n[store]\npath = \"" + origin_dir_.Path("data") +
         "\"\n[server]\nworkers = 1\n[log]\naccess = \"off\"\n[admin]\naddress = \"\"\n";
     std::string path = origin_dir_.WriteFile("origin.toml", config);
     ASSERT_TRUE(origin_.Start(IDEMGATE_BIN, {"--config", path})) << origin_.error();

@@ -58,10 +58,10 @@ std::optional<CertFiles> MakeTestCa(const TempDir& dir, const std::string& name,
   CertFiles ca{dir.Path(name + ".pem"), dir.Path(name + ".key")};
   std::vector<std::string> args = {"req", "-x509"};
   args.insert(args.end(), kEcKey.begin(), kEcKey.end());
-  args.insert(args.end(), {"-keyout", ca.key, "-out", ca.cert, "-days", "2", "-subj",
-                           "/CN=idemgate test " + name, "-addext",
-                           "basicConstraints=critical,CA:TRUE", "-addext",
-                           "keyUsage=critical,keyCertSign,cRLSign"});
+  args.insert(args.end(),
+              {"-keyout", ca.key, "-out", ca.cert, "-days", "2", "-subj",
+               "/CN=idemgate test " + name, "-addext", "basicConstraints=critical,CA:TRUE",
+               "-addext", "keyUsage=critical,keyCertSign,cRLSign"});
   if (!RunOpenssl(args, error)) return std::nullopt;
   return ca;
 }
@@ -110,8 +110,10 @@ CurlResult RunCurl(const TempDir& dir, const std::vector<std::string>& args) {
   size_t line_end = block.find("\r\n");
   std::string_view status_line = block.substr(0, line_end);
   size_t sp = status_line.find(' ');
-  if (sp != std::string_view::npos) result.status = std::atoi(std::string(status_line.substr(sp + 1, 3)).c_str());
-  if (line_end != std::string_view::npos) ParseHeaderLines(block.substr(line_end + 2), &result.headers);
+  if (sp != std::string_view::npos)
+    result.status = std::atoi(std::string(status_line.substr(sp + 1, 3)).c_str());
+  if (line_end != std::string_view::npos)
+    ParseHeaderLines(block.substr(line_end + 2), &result.headers);
   return result;
 }
 

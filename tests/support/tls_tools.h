@@ -33,7 +33,8 @@ struct CertFiles {
 
 // A self-signed CA (P-256, CA:TRUE) written to dir/NAME.pem and dir/NAME.key. nullopt (and the
 // openssl output in *error) on failure.
-std::optional<CertFiles> MakeTestCa(const TempDir& dir, const std::string& name, std::string* error);
+std::optional<CertFiles> MakeTestCa(const TempDir& dir, const std::string& name,
+                                    std::string* error);
 
 // A server certificate signed by `ca`, subject CN=`cn`, subjectAltName `san` (e.g.
 // "DNS:localhost,IP:127.0.0.1"), written to dir/NAME.pem and dir/NAME.key.
