@@ -82,13 +82,7 @@ void ClientConn::BeginIdle() {
   state_ = State::kIdle;
   continue_sent_ = false;
   if (read_eof_ || worker_->draining()) return Close();
-  std::shared_ptr<const Config> config = worker_->gateway().Snapshot();
-  if (config != parser_config_) {
-    parser_ = std::make_unique<RequestParser>(config->limits.max_request_body,
-                                              config->limits.max_header_bytes);
-    parser_config_ = config;
-  }
-  client_timeout_ms_ = config->limits.client_timeout_ms;
+  std::shared_ptr<const Config> config = RefreshLimits();
   // A client that takes nothing of an answer for idle_timeout is dropped (EventCb), so it
   // cannot hold its buffered answer and its descriptor forever. libevent re-arms this timeout
   // on every successful write, so a slow but steady reader is never cut off.
@@ -100,8 +94,22 @@ void ClientConn::BeginIdle() {
   ProcessInput();
 }
 
+// The limits of the config in force now (a reload may have changed them since the last
+// request): applied when a request begins, before any of its bytes is parsed.
+std::shared_ptr<const Config> ClientConn::RefreshLimits() {
+  std::shared_ptr<const Config> config = worker_->gateway().Snapshot();
+  if (config != parser_config_) {
+    parser_ = std::make_unique<RequestParser>(config->limits.max_request_body,
+                                              config->limits.max_header_bytes);
+    parser_config_ = config;
+  }
+  client_timeout_ms_ = config->limits.client_timeout_ms;
+  return config;
+}
+
 void ClientConn::ProcessInput() {
   if (state_ != State::kIdle && state_ != State::kReading) return;
+  if (state_ == State::kIdle && !parser_->started()) RefreshLimits();
   evbuffer* in = bufferevent_get_input(bev_.get());
   while (evbuffer_get_length(in) > 0 && !parser_->message_complete() &&
          parser_->error() == ParseError::kNone) {

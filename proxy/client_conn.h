@@ -52,6 +52,7 @@ class ClientConn {
   void Close();
   void BeginIdle();
   void BeginLinger();
+  std::shared_ptr<const Config> RefreshLimits();
   [[nodiscard]] bool Write(std::string bytes);
   void OnWritten();
 

@@ -1,6 +1,7 @@
 // idemgate: argv -> config -> store -> loops -> run -> clean shutdown.
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -68,6 +69,15 @@ int ParseArgs(int argc, char** argv, Args* args) {
   return -1;
 }
 
+void SetStopSignalsBlocked(bool blocked) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(blocked ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+}
+
 // Runs until SIGTERM/SIGINT; then drains the workers within the grace period.
 class Server {
  public:
@@ -106,6 +116,9 @@ class Server {
     evsignal_add(term.get(), nullptr);
     evsignal_add(intr.get(), nullptr);
     evsignal_add(hup.get(), nullptr);
+    // Blocked since before the first thread started (Main): a signal that arrived during
+    // start-up was held pending and is delivered now, to this thread's handlers.
+    SetStopSignalsBlocked(false);
     event_base_dispatch(base.get());
     int64_t grace = gateway_.Snapshot()->server.shutdown_grace_ms;
     if (admin_) admin_->SetDraining();
@@ -237,6 +250,9 @@ int Main(int argc, char** argv) {
     return 0;
   }
   signal(SIGPIPE, SIG_IGN);
+  // Every thread started from here on inherits the mask, so SIGTERM/SIGINT/SIGHUP are only
+  // ever handled by the main loop, and one sent during start-up is not lost or fatal.
+  SetStopSignalsBlocked(true);
   evthread_use_pthreads();
   Server server(loaded.config, args.config_path);
   std::string error;
