@@ -110,15 +110,7 @@ std::shared_ptr<const Config> ClientConn::RefreshLimits() {
 void ClientConn::ProcessInput() {
   if (state_ != State::kIdle && state_ != State::kReading) return;
   if (state_ == State::kIdle && !parser_->started()) RefreshLimits();
-  evbuffer* in = bufferevent_get_input(bev_.get());
-  while (evbuffer_get_length(in) > 0 && !parser_->message_complete() &&
-         parser_->error() == ParseError::kNone) {
-    size_t len = evbuffer_get_contiguous_space(in);
-    const char* data = reinterpret_cast<const char*>(evbuffer_pullup(in, len));
-    size_t used = parser_->Feed(data, len);
-    evbuffer_drain(in, used);
-    if (used < len) break;
-  }
+  FeedParser(bufferevent_get_input(bev_.get()), *parser_);
   OnParsed();
 }
 

@@ -56,4 +56,17 @@ class Timer {
   EventPtr ev_;
 };
 
+// Feeds what `in` holds to an llhttp-based parser (RequestParser, ResponseParser) until the
+// parser has a whole message or an error; what it used is drained, the rest stays (pipelining).
+template <typename Parser>
+void FeedParser(evbuffer* in, Parser& parser) {
+  while (evbuffer_get_length(in) > 0 && !parser.message_complete() && parser.error_free()) {
+    size_t len = evbuffer_get_contiguous_space(in);
+    const char* data = reinterpret_cast<const char*>(evbuffer_pullup(in, len));
+    size_t used = parser.Feed(data, len);
+    evbuffer_drain(in, used);
+    if (used < len) break;
+  }
+}
+
 }  // namespace idemgate

@@ -10,12 +10,6 @@
 namespace idemgate {
 namespace {
 
-std::string_view TrimOws(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
-
 std::string Lower(std::string_view text) {
   std::string out(text);
   for (char& c : out) {

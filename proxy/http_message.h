@@ -16,6 +16,9 @@ struct Header {
 };
 using Headers = std::vector<Header>;
 
+// `text` without leading and trailing spaces and tabs (HTTP's optional white space).
+std::string_view TrimOws(std::string_view text);
+
 // Case-insensitive ASCII comparison of header names.
 bool HeaderNameEquals(std::string_view a, std::string_view b);
 // The first header with this name, or nullptr.

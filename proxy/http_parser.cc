@@ -9,12 +9,6 @@
 namespace idemgate {
 namespace {
 
-std::string_view TrimOws(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
-
 // A request's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand the
 // upstream a still-encoded body once the (hop-by-hop) header is dropped.
 bool TransferEncodingIsPlainChunked(const Headers& headers) {

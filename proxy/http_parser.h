@@ -35,6 +35,7 @@ class RequestParser {
   bool headers_complete() const;   // request line and headers parsed (request() has them)
   bool message_complete() const;   // a whole request is ready
   ParseError error() const;
+  bool error_free() const { return error() == ParseError::kNone; }
   const std::string& error_detail() const;  // one sentence for a person
 
   const Request& request() const;  // valid from headers_complete()
@@ -63,6 +64,7 @@ class ResponseParser {
   bool started() const;  // a byte of the (final) response has been seen
   bool message_complete() const;
   ParseError error() const;
+  bool error_free() const { return error() == ParseError::kNone; }
   const std::string& error_detail() const;
   Response TakeResponse();
 

@@ -114,14 +114,7 @@ class UpstreamConn {
       Die();
       return;
     }
-    while (evbuffer_get_length(in) > 0 && !parser_->message_complete() &&
-           parser_->error() == ParseError::kNone) {
-      size_t len = evbuffer_get_contiguous_space(in);
-      const char* data = reinterpret_cast<const char*>(evbuffer_pullup(in, len));
-      size_t used = parser_->Feed(data, len);
-      evbuffer_drain(in, used);
-      if (used < len) break;
-    }
+    FeedParser(in, *parser_);
     Progress(evbuffer_get_length(in) > 0);
   }
 

@@ -16,12 +16,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string ErrorCodeOf(const HttpResponse& r) {
-  std::smatch m;
-  static const std::regex kError(R"re(^\{"error":"([a-z_]+)","detail":"[^"]+)re");
-  return std::regex_search(r.body, m, kError) ? m[1].str() : "";
-}
-
 // A blocking origin on 127.0.0.1 whose socket is bound at construction but listens only when
 // told, so the same port first refuses and later answers. Each connection gets a thread that
 // answers every request with 201 "ok" (keep-alive) and, when close_after_answer, then closes.

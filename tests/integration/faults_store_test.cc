@@ -15,12 +15,6 @@
 namespace idemgate::test {
 namespace {
 
-std::string ErrorCodeOf(const HttpResponse& r) {
-  std::smatch m;
-  static const std::regex kError(R"re(^\{"error":"([a-z_]+)","detail":"[^"]+)re");
-  return std::regex_search(r.body, m, kError) ? m[1].str() : "";
-}
-
 // Writes zeros into `path` until the file system says ENOSPC; false on any other error.
 bool FillUntilFull(const std::string& path) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -9,19 +9,6 @@ namespace idemgate::test {
 namespace {
 
 // The "error" member of a gateway JSON error body ("" when there is none).
-std::string ErrorCodeOf(const HttpResponse& r) {
-  std::smatch m;
-  static const std::regex kError(R"re(^\{"error":"([a-z_]+)","detail":"[^"]+)re");
-  return std::regex_search(r.body, m, kError) ? m[1].str() : "";
-}
-
-std::string WithoutReplayedHeader(std::string raw) {
-  const std::string line = "Idempotent-Replayed: true\r\n";
-  size_t at = raw.find(line);
-  if (at != std::string::npos) raw.erase(at, line.size());
-  return raw;
-}
-
 struct FaultCase {
   const char* name;
   UpstreamBehavior behavior;

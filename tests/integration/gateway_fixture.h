@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,21 @@ inline std::string ExpectedFingerprintPrefix(std::string_view method, std::strin
     out.push_back(hex[md[i] & 15]);
   }
   return out;
+}
+
+// The code of a gateway error body {"error":"<code>","detail":"..."}; "" for any other body.
+inline std::string ErrorCodeOf(const HttpResponse& r) {
+  std::smatch m;
+  static const std::regex kError(R"re(^\{"error":"([a-z_]+)","detail":".+"\}$)re");
+  return std::regex_search(r.body, m, kError) ? m[1].str() : "";
+}
+
+// The raw bytes of a replay are the first answer's plus one header line.
+inline std::string WithoutReplayedHeader(std::string raw) {
+  const std::string line = "Idempotent-Replayed: true\r\n";
+  size_t at = raw.find(line);
+  if (at != std::string::npos) raw.erase(at, line.size());
+  return raw;
 }
 
 class GatewayTest : public ::testing::Test {

@@ -8,14 +8,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The raw bytes of a replay are the first answer's plus one header line.
-std::string WithoutReplayedHeader(std::string raw) {
-  const std::string line = "Idempotent-Replayed: true\r\n";
-  size_t at = raw.find(line);
-  if (at != std::string::npos) raw.erase(at, line.size());
-  return raw;
-}
-
 class DemoTranscriptTest : public GatewayTest {
  protected:
   void SetUp() override {

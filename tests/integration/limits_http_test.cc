@@ -10,12 +10,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string ErrorCodeOf(const HttpResponse& r) {
-  std::smatch m;
-  static const std::regex kError(R"re(^\{"error":"([a-z_]+)","detail":".+"\}$)re");
-  return std::regex_search(r.body, m, kError) ? m[1].str() : "";
-}
-
 const std::string kHead =
     "POST /v1/payment_intents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer merchant-demo\r\n";
 

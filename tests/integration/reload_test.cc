@@ -12,12 +12,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string ErrorCodeOf(const HttpResponse& r) {
-  std::smatch m;
-  static const std::regex kError(R"re(^\{"error":"([a-z_]+)","detail":"[^"]+)re");
-  return std::regex_search(r.body, m, kError) ? m[1].str() : "";
-}
-
 int CountOf(const std::string& text, std::string_view needle) {
   int n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
