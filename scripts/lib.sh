@@ -20,12 +20,15 @@ ensure_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-# build_tree DIR [cmake args...]: configure (once) and build with Ninja.
+# build_tree DIR [cmake args...]: configure (once) and build everything with Ninja.
+# BUILD_TARGETS="a b" limits the build to those targets.
 build_tree() {
   local dir="$1"; shift
   ensure_packages "${BUILD_PACKAGES[@]}"
   if [ ! -f "$dir/build.ninja" ]; then
     cmake -S "$ROOT" -B "$dir" -G Ninja "$@" >&2
   fi
-  cmake --build "$dir" -j "$(nproc)" >&2
+  local targets=()
+  for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+  cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >&2
 }
