@@ -94,7 +94,8 @@ TEST_F(RecordApiTest, DeleteUnblocksAnInFlightKey) {
   Set("upstream", "response_timeout", "\"3s\"");
   StartWithAdmin(kToken);
   upstream_.EnqueueBehavior(UpstreamBehavior::Act(UpstreamAction::kHang));
-  std::thread stuck([&] { Post("r-stuck", "{}"); });
+  HttpResponse stuck_answer;
+  std::thread stuck([&] { stuck_answer = Post("r-stuck", "{}"); });
   ASSERT_TRUE(upstream_.WaitForRequests(1));
   ASSERT_EQ(Post("r-stuck", "{}").status, 409);
 
@@ -112,6 +113,10 @@ TEST_F(RecordApiTest, DeleteUnblocksAnInFlightKey) {
   EXPECT_FALSE(again.Header("Idempotent-Replayed").has_value());
   EXPECT_EQ(upstream_.requests(), 2);
   stuck.join();
+  // C3: the superseded attempt's result (its 504) is refused by the compare-and-set, and its
+  // client gets 409, not a second, different answer for the same key.
+  EXPECT_EQ(stuck_answer.status, 409) << stuck_answer.raw;
+  EXPECT_EQ(ErrorCodeOf(stuck_answer), "idempotency_key_in_use");
   // The new attempt's result is the one kept; the stuck attempt cannot overwrite it.
   HttpResponse replay = Post("r-stuck", "{}");
   EXPECT_EQ(replay.status, 201);
