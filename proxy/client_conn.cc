@@ -15,16 +15,6 @@ constexpr size_t kReadHighWater = 256 << 10;  // stop reading while this much wa
 constexpr int64_t kLingerMs = 2'000;          // read and discard after the last answer
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-ErrorCode ToErrorCode(ParseError error) {
-  switch (error) {
-    case ParseError::kBodyTooLarge:
-      return ErrorCode::kRequestTooLarge;
-    case ParseError::kHeadersTooLarge:
-      return ErrorCode::kHeadersTooLarge;
-    default:
-      return ErrorCode::kBadRequest;
-  }
-}
 }  // namespace
 
 ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls)
@@ -116,7 +106,7 @@ void ClientConn::ProcessInput() {
 
 void ClientConn::OnParsed() {
   if (parser_->error() != ParseError::kNone) {
-    return RespondError(ToErrorCode(parser_->error()), parser_->error_detail());
+    return RespondError(ErrorCodeFor(parser_->error()), parser_->error_detail());
   }
   if (parser_->started() && state_ == State::kIdle) {
     state_ = State::kReading;

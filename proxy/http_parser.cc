@@ -7,6 +7,17 @@
 #include "llhttp.h"
 
 namespace idemgate {
+
+ErrorCode ErrorCodeFor(ParseError error) {
+  switch (error) {
+    case ParseError::kBodyTooLarge:
+      return ErrorCode::kRequestTooLarge;
+    case ParseError::kHeadersTooLarge:
+      return ErrorCode::kHeadersTooLarge;
+    default:
+      return ErrorCode::kBadRequest;
+  }
+}
 namespace {
 
 // A request's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand the

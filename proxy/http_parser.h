@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "proxy/errors.h"
 #include "proxy/http_message.h"
 
 namespace idemgate {
@@ -17,6 +18,9 @@ enum class ParseError {
   kBodyTooLarge,    // body over the configured maximum
   kHeadersTooLarge, // request line / status line + headers over the configured maximum
 };
+
+// The gateway's answer to a request that failed to parse: 400, 413 or 431 (SPEC §7).
+ErrorCode ErrorCodeFor(ParseError error);
 
 // Parses requests one at a time from a client byte stream (pipelining: Feed stops at the end
 // of each message, so the bytes after it stay with the caller).

@@ -142,17 +142,6 @@ void CheckRequest(const Config& config, const Request& request) {
   CheckUpstreamRequest(request);
 }
 
-ErrorCode ToErrorCode(ParseError error) {
-  switch (error) {
-    case ParseError::kBodyTooLarge:
-      return ErrorCode::kRequestTooLarge;
-    case ParseError::kHeadersTooLarge:
-      return ErrorCode::kHeadersTooLarge;
-    default:
-      return ErrorCode::kBadRequest;
-  }
-}
-
 const Config& PlainConfig() {
   static const Config config;
   return config;
@@ -201,6 +190,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(whole.headers_complete == split.headers_complete);
 
   for (const Request& request : whole.requests) CheckRequest(config, request);
-  if (whole.error != ParseError::kNone) CheckErrorResponse(ToErrorCode(whole.error), whole.detail);
+  if (whole.error != ParseError::kNone) CheckErrorResponse(ErrorCodeFor(whole.error), whole.detail);
   return 0;
 }
