@@ -44,6 +44,7 @@ struct BadConfig {
   const char* toml;
   const char* must_mention;  // the key the message names
 };
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.must_mention; }
 
 class CheckConfigRefuses : public ::testing::TestWithParam<BadConfig> {};
 

@@ -15,6 +15,8 @@ struct FaultCase {
   int status;
   const char* code;
 };
+// gtest prints the case by name (not as a byte dump) in test lists and CI output.
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<FaultCase> Cases() {
   return {

@@ -132,6 +132,7 @@ struct BadCase {
   const char* name;
   const char* raw;
 };
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 class RequestParserMalformed : public ::testing::TestWithParam<BadCase> {};
 
