@@ -48,6 +48,10 @@ void ClientConn::ReadCb(bufferevent*, void* arg) {
     evbuffer_drain(bufferevent_get_input(self->bev_.get()), SIZE_MAX);
     return;
   }
+  // New bytes on an idle connection begin a request: it gets the limits in force now (a
+  // reload may have come while the connection sat idle). BeginIdle refreshed them already for
+  // bytes that were waiting then.
+  if (self->state_ == State::kIdle && !self->parser_->started()) self->RefreshLimits();
   self->ProcessInput();
 }
 
@@ -99,7 +103,6 @@ std::shared_ptr<const Config> ClientConn::RefreshLimits() {
 
 void ClientConn::ProcessInput() {
   if (state_ != State::kIdle && state_ != State::kReading) return;
-  if (state_ == State::kIdle && !parser_->started()) RefreshLimits();
   FeedParser(bufferevent_get_input(bev_.get()), *parser_);
   OnParsed();
 }
@@ -125,8 +128,8 @@ void ClientConn::StartExchange() {
   Request request = parser_->TakeRequest();
   close_after_ = !request.keep_alive || worker_->draining();
   head_request_ = request.method == "HEAD";
-  exchange_ = worker_->AddExchange(
-      std::make_unique<Exchange>(worker_, this, std::move(request), peer_ip_));
+  exchange_ =
+      worker_->AddExchange(std::make_unique<Exchange>(worker_, this, std::move(request), peer_ip_));
   exchange_->Start();  // may answer at once (SendResponse)
 }
 
@@ -138,7 +141,8 @@ void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
   if (!Write(SerializeResponse(response, replayed, close, head_request_))) return Close();
   // WriteCb continues once a queued answer has left the buffer (back-pressure for pipelining);
   // an answer the socket took at once continues on the next loop turn (no recursion).
-  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) event_active(resume_.get(), 0, 0);
+  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0)
+    event_active(resume_.get(), 0, 0);
 }
 
 // Sends what the socket takes right away (saving the epoll round trip and the EPOLLOUT

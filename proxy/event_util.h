@@ -51,6 +51,7 @@ class Timer {
     if (ev_) evtimer_del(ev_.get());
   }
   bool armed() const { return ev_ && evtimer_pending(ev_.get(), nullptr); }
+  bool initialized() const { return ev_ != nullptr; }
 
  private:
   EventPtr ev_;

@@ -125,7 +125,7 @@ void Exchange::OnClaim(ClaimResult result) {
       token_ = std::move(result.token);
       // Past the lease a retry may take over; a completion must land before that.
       complete_deadline_ = Steady::now() + std::chrono::milliseconds(std::max<int64_t>(
-                                                config_->idempotency.lease_ms - kLeaseMarginMs, 0));
+                                               config_->idempotency.lease_ms - kLeaseMarginMs, 0));
       return Forward();
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
@@ -161,17 +161,14 @@ void Exchange::OnUpstream(UpstreamResult result) {
       response = ToStoredResponse(result.response);
       break;
     case UpstreamError::kUnavailable:  // nothing went upstream: nothing to store (R3)
-      upstream_error_ = result.detail;
-      if (guarded) return Release(ErrorCode::kUpstreamUnavailable, result.detail);
+      if (guarded) return Release(ErrorCode::kUpstreamUnavailable);
       return RespondError(ErrorCode::kUpstreamUnavailable);
     case UpstreamError::kFailed:
     case UpstreamError::kTooLarge:  // indeterminate: stored as the result (R4)
-      upstream_error_ = result.detail;
       error_ = ErrorCode::kUpstreamFailed;
       response = MakeErrorResponse(ErrorCode::kUpstreamFailed);
       break;
     case UpstreamError::kTimeout:
-      upstream_error_ = result.detail;
       error_ = ErrorCode::kUpstreamTimeout;
       response = MakeErrorResponse(ErrorCode::kUpstreamTimeout);
       break;
@@ -208,8 +205,9 @@ void Exchange::OnComplete(const StoreStatus& status) {
   // store that recovers (disk space freed) still records it and no retry can execute twice.
   Steady::time_point next = Steady::now() + std::chrono::milliseconds(complete_backoff_ms_);
   if (status.code != StoreCode::kShutdown && next < complete_deadline_) {
-    if (!retry_timer_.armed()) retry_timer_.Init<Exchange, &Exchange::SendComplete>(
-        worker_->base(), this);
+    if (!retry_timer_.initialized()) {
+      retry_timer_.Init<Exchange, &Exchange::SendComplete>(worker_->base(), this);
+    }
     retry_timer_.Arm(complete_backoff_ms_);
     complete_backoff_ms_ = std::min<int64_t>(complete_backoff_ms_ * 2, 1'000);
     return;
@@ -222,7 +220,7 @@ void Exchange::OnComplete(const StoreStatus& status) {
                "outcome is unknown.");
 }
 
-void Exchange::Release(ErrorCode code, const std::string& detail) {
+void Exchange::Release(ErrorCode code) {
   Steady::time_point start = Steady::now();
   worker_->gateway().store->Release(token_, [this, code, start](StoreStatus status) {
     int64_t us = MicrosSince(start);
@@ -262,20 +260,14 @@ void Exchange::RespondError(ErrorCode code, const std::string& detail) {
   Respond(response, false);
 }
 
+// Every exchange ends here, exactly once: counted and logged before the answer leaves (so a
+// client that has its answer also sees it in /metrics), then freed on the next loop turn.
 void Exchange::Respond(const StoredResponse& response, bool replayed) {
   status_ = response.status;
   bytes_out_ = response.body.size();
-  // Counted and logged before the answer leaves, so a client that has its answer also sees
-  // it in /metrics.
-  if (!finished_) RecordFinished();
+  RecordFinished();
   if (conn_) conn_->SendResponse(response, replayed);
   conn_ = nullptr;
-  Finish();
-}
-
-void Exchange::Finish() {
-  if (finished_) return;
-  finished_ = true;
   worker_->RemoveExchange(this);
 }
 

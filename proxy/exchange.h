@@ -1,6 +1,6 @@
 // The life of one request, as named phases: Route -> Guard -> FastReplay -> Claim -> Forward ->
-// Complete -> Respond -> Finish. An exchange outlives its client connection: once a request
-// went upstream its result is stored even if the client has gone.
+// Complete -> Respond (count, log, answer, free). An exchange outlives its client connection: once
+// a request went upstream its result is stored even if the client has gone.
 #pragma once
 
 #include <chrono>
@@ -49,12 +49,11 @@ class Exchange {
   void CompleteWith(StoredResponse response);
   void SendComplete();
   void OnComplete(const StoreStatus& status);
-  void Release(ErrorCode code, const std::string& detail);
+  void Release(ErrorCode code);
   void RespondInUse(int64_t retry_after_s);
   void RespondMismatch(const Fingerprint& stored);
   void RespondError(ErrorCode code, const std::string& detail = {});
   void Respond(const StoredResponse& response, bool replayed);
-  void Finish();
   void RecordFinished();  // metrics and the access log, once per exchange
 
   // Posts a store result back onto this exchange's loop.
@@ -78,12 +77,10 @@ class Exchange {
   std::optional<ErrorCode> error_;  // the gateway's own error answer, if any
   int upstream_status_ = 0;         // the upstream's status, when it answered
   std::optional<UpstreamError> upstream_error_kind_;
-  std::string upstream_error_;  // why the upstream failed, for the log
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point upstream_started_;
   int64_t upstream_us_ = -1;
   size_t bytes_out_ = 0;
-  bool finished_ = false;
 };
 
 }  // namespace idemgate
