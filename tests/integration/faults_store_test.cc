@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <regex>
+#include <thread>
 
 #include "tests/integration/gateway_fixture.h"
 
@@ -74,8 +75,8 @@ TEST_F(FaultsStoreTest, DiskFullFailsClosedThenRecoversWithoutRestart) {
       EXPECT_EQ(ErrorCodeOf(r), "store_unavailable") << r.body;
       EXPECT_EQ(upstream_.requests(), executed) << "a 503 must mean nothing went upstream";
     } else {
-      ASSERT_EQ(r.status, 201) << r.raw << "\ngateway running: " << gateway_.running()
-                               << "\n" << gateway_.log();
+      ASSERT_EQ(r.status, 201) << r.raw << "\ngateway running: " << gateway_.running() << "\n"
+                               << gateway_.log();
       ++executed;
     }
   }
@@ -107,6 +108,32 @@ TEST_F(FaultsStoreTest, DiskFullFailsClosedThenRecoversWithoutRestart) {
   EXPECT_EQ(upstream_.requests(), executed);
   HttpResponse old = Post("k-before", "{}");
   EXPECT_EQ(old.Header("Idempotent-Replayed"), "true") << old.raw;
+}
+
+// The upstream executed, then the disk filled before its result was made durable: the gateway
+// keeps retrying the completion while the lease holds, so once space is back the client gets
+// the upstream's answer and every retry replays it. No second execution.
+TEST_F(FaultsStoreTest, CompletionRetriedUntilTheDiskRecovers) {
+  // A large answer: the claim fits in the WAL space RocksDB preallocated, the completion cannot.
+  const std::string body(1536 << 10, 'x');
+  upstream_.SetBehavior(UpstreamBehavior::Respond(201, body).WithDelay(400));
+  StartGateway();
+  ASSERT_EQ(Post("k-warm", "{}").status, 201);
+  const std::string filler = store_dir_ + "/filler";
+  HttpResponse answer;
+  std::thread client([&] { answer = Post("k-late", "{}"); });
+  ASSERT_TRUE(upstream_.WaitForRequests(2));  // claimed, durable, and sent upstream
+  ASSERT_TRUE(FillUntilFull(filler));
+  // Wait until the completion has failed at least once, then free the space.
+  ASSERT_TRUE(gateway_.WaitForOutput("idemgate store:")) << gateway_.log();
+  ASSERT_EQ(unlink(filler.c_str()), 0);
+  client.join();
+  EXPECT_EQ(answer.status, 201) << answer.error << gateway_.log().substr(0, 2000);
+  EXPECT_TRUE(answer.body == body) << "the answer's body is not the upstream's";
+  HttpResponse retry = Post("k-late", "{}");
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true") << retry.error;
+  EXPECT_TRUE(retry.body == body) << "the replay's body is not the upstream's";
+  EXPECT_EQ(upstream_.requests(), 2);
 }
 
 }  // namespace
