@@ -88,7 +88,13 @@ TEST_F(FaultsStoreTest, DiskFullFailsClosedThenRecoversWithoutRestart) {
   EXPECT_EQ(upstream_.requests(), executed);
   // A replay of a stored key still reads (fail closed only for what needs a write).
   HttpResponse replay = Post("k-before", "{}");
-  EXPECT_TRUE(replay.status == 201 || replay.status == 503) << replay.raw;
+  // (A read may succeed or the store may refuse it; a 201 must be the replay, never a re-run.)
+  if (replay.status == 201) {
+    EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true") << replay.raw;
+  } else {
+    EXPECT_EQ(ErrorCodeOf(replay), "store_unavailable") << replay.raw;
+  }
+  EXPECT_EQ(upstream_.requests(), executed);
   // Passthrough is unaffected.
   HttpResponse pass = Post("", "{}");
   EXPECT_EQ(pass.status, 201) << pass.raw;
