@@ -128,6 +128,7 @@ void ClientConn::StartExchange() {
   Request request = parser_->TakeRequest();
   close_after_ = !request.keep_alive || worker_->draining();
   head_request_ = request.method == "HEAD";
+  http10_ = request.http_minor == 0;
   exchange_ =
       worker_->AddExchange(std::make_unique<Exchange>(worker_, this, std::move(request), peer_ip_));
   exchange_->Start();  // may answer at once (SendResponse)
@@ -138,7 +139,10 @@ void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
   if (state_ != State::kExchange) return;
   bool close = close_after_ || read_eof_ || worker_->draining();
   state_ = close ? State::kClosing : State::kWriting;
-  if (!Write(SerializeResponse(response, replayed, close, head_request_))) return Close();
+  ConnectionHeader connection = close     ? ConnectionHeader::kClose
+                                : http10_ ? ConnectionHeader::kKeepAlive
+                                          : ConnectionHeader::kNone;
+  if (!Write(SerializeResponse(response, replayed, connection, head_request_))) return Close();
   // WriteCb continues once a queued answer has left the buffer (back-pressure for pipelining);
   // an answer the socket took at once continues on the next loop turn (no recursion).
   if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0)
@@ -179,7 +183,8 @@ void ClientConn::OnWritten() {
 
 void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
   timer_.Cancel();
-  std::string bytes = SerializeResponse(MakeErrorResponse(code, detail), false, true, false);
+  std::string bytes =
+      SerializeResponse(MakeErrorResponse(code, detail), false, ConnectionHeader::kClose, false);
   worker_->RecordConnectionError(code, peer_ip_, bytes.size());
   state_ = State::kClosing;
   bufferevent_write(bev_.get(), bytes.data(), bytes.size());

@@ -33,12 +33,12 @@ class ClientConn {
 
  private:
   enum class State {
-    kIdle,      // waiting for the first byte of a request (idle timer armed)
-    kReading,   // a request has begun (client timer armed)
-    kExchange,  // a complete request is being handled; input waits in the buffer
-    kWriting,   // the answer is being written; then the next request is read
-    kClosing,   // the last answer is being written; then the connection lingers
-    kLingering, // half-closed: discarding input until EOF or a short timeout
+    kIdle,       // waiting for the first byte of a request (idle timer armed)
+    kReading,    // a request has begun (client timer armed)
+    kExchange,   // a complete request is being handled; input waits in the buffer
+    kWriting,    // the answer is being written; then the next request is read
+    kClosing,    // the last answer is being written; then the connection lingers
+    kLingering,  // half-closed: discarding input until EOF or a short timeout
   };
 
   static void ReadCb(bufferevent*, void* arg);
@@ -69,6 +69,7 @@ class ClientConn {
   bool continue_sent_ = false;
   bool close_after_ = false;   // answer with Connection: close, then close
   bool head_request_ = false;  // the exchange in progress is a HEAD
+  bool http10_ = false;        // ... and came as HTTP/1.0 (keep-alive must be granted aloud)
   bool read_eof_ = false;      // the client half-closed
   bool closed_ = false;
   bool tls_ = false;

@@ -158,7 +158,7 @@ void Exchange::OnUpstream(UpstreamResult result) {
   StoredResponse response;
   switch (result.error) {
     case UpstreamError::kNone:
-      response = ToStoredResponse(result.response);
+      response = ToStoredResponse(result.response, request_.method == "HEAD");
       break;
     case UpstreamError::kUnavailable:  // nothing went upstream: nothing to store (R3)
       if (guarded) return Release(ErrorCode::kUpstreamUnavailable);

@@ -168,21 +168,21 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
   return out;
 }
 
-StoredResponse ToStoredResponse(const Response& response) {
+StoredResponse ToStoredResponse(const Response& response, bool head_request) {
   StoredResponse stored;
   stored.status = response.status;
   stored.reason = response.reason;
   for (const Header& h : response.headers) {
     if (IsHopByHop(h.name, response.headers)) continue;
-    if (HeaderNameEquals(h.name, "Content-Length")) continue;
+    if (HeaderNameEquals(h.name, "Content-Length") && !head_request) continue;
     stored.headers.emplace_back(h.name, h.value);
   }
   stored.body = response.body;
   return stored;
 }
 
-std::string SerializeResponse(const StoredResponse& response, bool replayed, bool close,
-                              bool head_request) {
+std::string SerializeResponse(const StoredResponse& response, bool replayed,
+                              ConnectionHeader connection, bool head_request) {
   std::string out;
   out.reserve(256 + response.body.size());
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
@@ -201,7 +201,8 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed, boo
   // (it would claim the resource is empty). A non-empty body still tells its size, unsent.
   const bool write_length = !no_body_status && !(head_request && response.body.empty());
   if (write_length) AppendHeader(&out, "Content-Length", std::to_string(response.body.size()));
-  if (close) AppendHeader(&out, "Connection", "close");
+  if (connection == ConnectionHeader::kClose) AppendHeader(&out, "Connection", "close");
+  if (connection == ConnectionHeader::kKeepAlive) AppendHeader(&out, "Connection", "keep-alive");
   out.append("\r\n");
   if (!no_body_status && !head_request) out.append(response.body);
   return out;

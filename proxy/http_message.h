@@ -50,8 +50,8 @@ struct Response {
   int status = 0;
   std::string reason;
   int http_minor = 1;
-  Headers headers;   // as received, hop-by-hop included
-  std::string body;  // after transfer decoding
+  Headers headers;         // as received, hop-by-hop included
+  std::string body;        // after transfer decoding
   bool keep_alive = true;  // the connection it came on may be reused
 };
 
@@ -61,13 +61,19 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
                                      std::string_view proto);
 
 // Turns an upstream response into what is stored and replayed: hop-by-hop headers and
-// Content-Length dropped, everything else in order, byte for byte.
-StoredResponse ToStoredResponse(const Response& response);
+// Content-Length dropped, everything else in order, byte for byte. The answer to a HEAD keeps
+// the upstream's Content-Length: it gives the size of a body that is not sent, which the
+// gateway cannot recompute.
+StoredResponse ToStoredResponse(const Response& response, bool head_request);
+
+// The Connection header of an answer: none (HTTP/1.1 keeps the connection by default), close,
+// or keep-alive (an HTTP/1.0 client that asked for it must be told it was granted).
+enum class ConnectionHeader { kNone, kClose, kKeepAlive };
 
 // The bytes sent to the client: status line, the stored headers, Idempotent-Replayed when
-// `replayed`, Content-Length, Connection: close when `close`. A HEAD request, 1xx, 204 and 304
-// get no body (for HEAD the Content-Length still tells the body's size).
-std::string SerializeResponse(const StoredResponse& response, bool replayed, bool close,
-                              bool head_request);
+// `replayed`, Content-Length, then `connection`. A HEAD request, 1xx, 204 and 304 get no body
+// (for HEAD the Content-Length still tells the body's size).
+std::string SerializeResponse(const StoredResponse& response, bool replayed,
+                              ConnectionHeader connection, bool head_request);
 
 }  // namespace idemgate

@@ -87,7 +87,7 @@ void CheckErrorResponse(ErrorCode code, std::string_view detail) {
   for (char c : response.body) {
     FUZZ_CHECK(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7F);
   }
-  std::string bytes = SerializeResponse(response, false, true, false);
+  std::string bytes = SerializeResponse(response, false, ConnectionHeader::kClose, false);
   ResponseParser parser(1 << 20);
   parser.Begin(false);
   FUZZ_CHECK(parser.Feed(bytes.data(), bytes.size()) == bytes.size());

@@ -74,6 +74,21 @@ TEST_F(GatewayTest, PassthroughIsUntouchedAndNeverStored) {
   EXPECT_EQ(upstream_.requests(), 4);
 }
 
+// A HEAD passes through with the upstream's Content-Length (the size of the body it would get)
+// and no body, and the connection carries on.
+TEST_F(GatewayTest, PassthroughHeadKeepsTheUpstreamLength) {
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(200, "", {{"Content-Length", "318"}}));
+  StartGateway();
+  TestClient client(port_);
+  HttpResponse head = client.Request("HEAD", "/v1/payment_intents/pi_1", kMerchant);
+  EXPECT_EQ(head.status, 200) << head.raw;
+  EXPECT_EQ(head.Header("Content-Length"), "318") << head.raw;
+  EXPECT_EQ(head.HeaderCount("Content-Length"), 1) << head.raw;
+  EXPECT_EQ(head.body, "");
+  EXPECT_EQ(upstream_.last_request()->method, "HEAD");
+  EXPECT_EQ(client.Request("GET", "/v1/payment_intents/pi_1", kMerchant).status, 201);
+}
+
 TEST_F(GatewayTest, ForwardsHostKeyAndForwardedHeadersWithoutHopByHop) {
   StartGateway();
   TestClient client(port_);

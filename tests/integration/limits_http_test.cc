@@ -1,6 +1,6 @@
 // Through the real binary: SPEC §7 bad input and limits (400, 408, 413, 431, idle close), each
 // answered with a JSON error, the connection closed, nothing stored and nothing sent upstream;
-// pipelining in order and Expect: 100-continue.
+// pipelining in order, Expect: 100-continue and HTTP/1.0 keep-alive.
 #include <regex>
 
 #include "tests/integration/gateway_fixture.h"
@@ -164,6 +164,31 @@ TEST_F(LimitsHttpTest, ExpectContinueThenBody) {
   ASSERT_EQ(upstream_.requests(), 1);
   EXPECT_EQ(upstream_.last_request()->body, R"({"amount":9})");
   EXPECT_EQ(Post("k-100", R"({"amount":9})").Header("Idempotent-Replayed"), "true");
+}
+
+// An HTTP/1.0 client that asks for keep-alive is told it was granted (Connection: keep-alive, as
+// such clients wait for it before reusing), and gets its replay on the same connection; one that
+// does not ask is answered with Connection: close and the connection closes.
+TEST_F(LimitsHttpTest, Http10KeepAliveIsGrantedAloud) {
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "paid"));
+  const std::string request =
+      "POST /v1/payment_intents HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer merchant-demo\r\n"
+      "Idempotency-Key: k-10\r\nContent-Length: 12\r\n";
+  TestClient client(port_);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(client.SendRaw(request + "Connection: keep-alive\r\n\r\n" + R"({"amount":9})"));
+    HttpResponse r = client.ReadResponse(3s);
+    EXPECT_EQ(r.status, 201) << r.raw;
+    EXPECT_EQ(r.body, "paid");
+    EXPECT_EQ(r.Header("Connection"), "keep-alive") << r.raw;
+    EXPECT_EQ(r.HeaderCount("Idempotent-Replayed"), i) << r.raw;
+  }
+  EXPECT_EQ(upstream_.requests(), 1);
+  ASSERT_TRUE(client.SendRaw(request + "\r\n" + R"({"amount":9})"));
+  HttpResponse last = client.ReadResponse(3s);
+  EXPECT_EQ(last.status, 201) << last.raw;
+  EXPECT_EQ(last.Header("Connection"), "close") << last.raw;
+  EXPECT_TRUE(client.IsClosed(2s));
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // http_message: hop-by-hop rules, the upstream request bytes, the stored and replayed response.
+#include "proxy/http_message.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "proxy/http_message.h"
 
 namespace idemgate {
 namespace {
@@ -20,9 +20,9 @@ TEST(HttpMessage, HeaderHelpers) {
 
 TEST(HttpMessage, HopByHop) {
   Headers h = {{"Connection", "keep-alive, X-Session-Hop"}, {"connection", " x-other "}};
-  for (const char* name : {"Connection", "keep-alive", "Transfer-Encoding", "TE", "Trailer",
-                           "Upgrade", "Proxy-Connection", "proxy-authorization", "X-Session-Hop",
-                           "x-session-hop", "X-Other"}) {
+  for (const char* name :
+       {"Connection", "keep-alive", "Transfer-Encoding", "TE", "Trailer", "Upgrade",
+        "Proxy-Connection", "proxy-authorization", "X-Session-Hop", "x-session-hop", "X-Other"}) {
     EXPECT_TRUE(IsHopByHop(name, h)) << name;
   }
   for (const char* name : {"Host", "Content-Type", "Idempotency-Key", "Trailers", "X-Session"}) {
@@ -99,7 +99,7 @@ Response UpstreamResponse() {
 }
 
 TEST(HttpMessage, ToStoredResponseDropsHopByHopAndLength) {
-  StoredResponse s = ToStoredResponse(UpstreamResponse());
+  StoredResponse s = ToStoredResponse(UpstreamResponse(), /*head_request=*/false);
   EXPECT_EQ(s.status, 201);
   EXPECT_EQ(s.reason, "Created");
   std::vector<std::pair<std::string, std::string>> expected = {
@@ -111,10 +111,22 @@ TEST(HttpMessage, ToStoredResponseDropsHopByHopAndLength) {
   EXPECT_EQ(s.body, "{\"id\":\"pi_1\"}  ");
 }
 
+TEST(HttpMessage, AnswerToHeadKeepsTheUpstreamLengthOnce) {
+  Response r = UpstreamResponse();
+  r.status = 200;
+  r.reason = "OK";
+  r.body.clear();  // a HEAD answer has none
+  StoredResponse s = ToStoredResponse(r, /*head_request=*/true);
+  std::string bytes = SerializeResponse(s, false, ConnectionHeader::kNone, /*head_request=*/true);
+  EXPECT_NE(bytes.find("Content-Length: 15\r\n"), std::string::npos) << bytes;
+  EXPECT_EQ(bytes.find("Content-Length"), bytes.rfind("Content-Length")) << bytes;
+  EXPECT_EQ(bytes.find("Keep-Alive"), std::string::npos) << bytes;
+}
+
 TEST(HttpMessage, FirstAnswerAndReplayDifferOnlyByTheReplayedLine) {
-  StoredResponse s = ToStoredResponse(UpstreamResponse());
-  std::string first = SerializeResponse(s, /*replayed=*/false, /*close=*/false, false);
-  std::string replay = SerializeResponse(s, /*replayed=*/true, /*close=*/false, false);
+  StoredResponse s = ToStoredResponse(UpstreamResponse(), /*head_request=*/false);
+  std::string first = SerializeResponse(s, /*replayed=*/false, ConnectionHeader::kNone, false);
+  std::string replay = SerializeResponse(s, /*replayed=*/true, ConnectionHeader::kNone, false);
   EXPECT_EQ(first,
             "HTTP/1.1 201 Created\r\n"
             "Content-Type: application/json\r\n"
@@ -135,20 +147,24 @@ TEST(HttpMessage, SerializeResponseFraming) {
   StoredResponse s;
   s.status = 204;
   s.headers = {{"X-A", "1"}};
-  EXPECT_EQ(SerializeResponse(s, false, true, false),
+  EXPECT_EQ(SerializeResponse(s, false, ConnectionHeader::kClose, false),
             "HTTP/1.1 204 No Content\r\nX-A: 1\r\nConnection: close\r\n\r\n");
   s.status = 200;
   s.reason = "Fine";
   s.body = "abc";
-  EXPECT_EQ(SerializeResponse(s, false, false, /*head_request=*/true),
+  EXPECT_EQ(SerializeResponse(s, false, ConnectionHeader::kNone, /*head_request=*/true),
             "HTTP/1.1 200 Fine\r\nX-A: 1\r\nContent-Length: 3\r\n\r\n");
   s.body.clear();
-  EXPECT_EQ(SerializeResponse(s, false, false, true), "HTTP/1.1 200 Fine\r\nX-A: 1\r\n\r\n");
-  EXPECT_EQ(SerializeResponse(s, false, false, false),
+  EXPECT_EQ(SerializeResponse(s, false, ConnectionHeader::kNone, true),
+            "HTTP/1.1 200 Fine\r\nX-A: 1\r\n\r\n");
+  EXPECT_EQ(SerializeResponse(s, false, ConnectionHeader::kNone, false),
             "HTTP/1.1 200 Fine\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(SerializeResponse(s, false, ConnectionHeader::kKeepAlive, false),
+            "HTTP/1.1 200 Fine\r\nX-A: 1\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n");
   s.status = 599;
   s.reason.clear();
-  EXPECT_EQ(SerializeResponse(s, false, false, false).substr(0, 22), "HTTP/1.1 599 Unknown\r\n");
+  EXPECT_EQ(SerializeResponse(s, false, ConnectionHeader::kNone, false).substr(0, 22),
+            "HTTP/1.1 599 Unknown\r\n");
 }
 
 }  // namespace
