@@ -23,6 +23,7 @@ constexpr std::array<std::string_view, 9> kSections = {
     "listen", "upstream", "idempotency", "scope", "store", "limits", "server", "admin", "log"};
 constexpr std::array<std::string_view, 4> kSafeMethods = {"GET", "HEAD", "OPTIONS", "TRACE"};
 constexpr int64_t kMaxWorkers = 64;
+constexpr uint64_t kMaxStoredBody = 1ULL << 30;  // record.cc encodes body sizes in 32 bits
 
 // Reads a whole file; on failure returns false with *why set to the reason.
 bool ReadWholeFile(const std::string& path, std::string* out, std::string* why) {
@@ -190,7 +191,10 @@ void ParseLimits(const Context& ctx, Config::Limits* out) {
   SectionReader r = ctx.Section("limits", {"max_request_body", "max_response_body",
                                            "max_header_bytes", "client_timeout", "idle_timeout"});
   r.Size("max_request_body", &out->max_request_body);
-  r.Size("max_response_body", &out->max_response_body);
+  if (r.Size("max_response_body", &out->max_response_body) &&
+      out->max_response_body > kMaxStoredBody) {
+    r.Fail("max_response_body", "must be at most 1GiB (a stored response is held in memory)");
+  }
   r.Size("max_header_bytes", &out->max_header_bytes);
   r.Duration("client_timeout", &out->client_timeout_ms);
   r.Duration("idle_timeout", &out->idle_timeout_ms);

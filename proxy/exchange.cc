@@ -12,7 +12,9 @@
 namespace idemgate {
 
 namespace {
-constexpr int64_t kLeaseMarginMs = 1'000;  // a completion retry stops this long before the lease
+// An attempt's upstream call ends this long before its lease (less when the lease leaves less
+// room over connect + response timeouts), so its completion lands while it owns the key.
+constexpr int64_t kLeaseMarginMs = 1'000;
 using Steady = std::chrono::steady_clock;
 
 int64_t MicrosSince(Steady::time_point start) {
@@ -74,7 +76,8 @@ void Exchange::Start() {
 // A read that never waits for the writer: completed records never change until they expire,
 // and a live lease or a different fingerprint is answered the same way Claim would.
 bool Exchange::FastPath() {
-  LookupResult found = worker_->gateway().store->Lookup(guard_.scope, guard_.key);
+  LookupResult found =
+      worker_->gateway().store->Lookup(guard_.scope, guard_.key, /*memory_only=*/true);
   if (found.outcome != LookupOutcome::kFound) return false;
   const Record& record = found.record;
   if (record.fingerprint != guard_.fingerprint) {
@@ -123,9 +126,11 @@ void Exchange::OnClaim(ClaimResult result) {
     case ClaimOutcome::kTakeover:
       outcome_ = result.outcome == ClaimOutcome::kFresh ? Outcome::kFresh : Outcome::kTakeover;
       token_ = std::move(result.token);
-      // Past the lease a retry may take over; a completion must land before that.
-      complete_deadline_ = Steady::now() + std::chrono::milliseconds(std::max<int64_t>(
-                                               config_->idempotency.lease_ms - kLeaseMarginMs, 0));
+      // Past the lease a retry may take over: the upstream's answer and its completion must
+      // land before that, with a margin for the completion's own synced write.
+      complete_deadline_ = Steady::now() + std::chrono::milliseconds(
+                                               token_.lease_until_ms -
+                                               worker_->gateway().clock->NowMs() - LeaseMarginMs());
       return Forward();
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
@@ -139,12 +144,25 @@ void Exchange::OnClaim(ClaimResult result) {
   }
 }
 
+// What the lease leaves over the upstream timeouts (C4 makes it positive), up to a second.
+int64_t Exchange::LeaseMarginMs() const {
+  int64_t room = config_->idempotency.lease_ms - config_->upstream.connect_timeout_ms -
+                 config_->upstream.response_timeout_ms;
+  return std::clamp<int64_t>(room, 0, kLeaseMarginMs);
+}
+
 void Exchange::Forward() {
   upstream_started_ = Steady::now();
+  const bool guarded = outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover;
+  // The claim itself took (nearly) the whole lease: too late to run the attempt safely.
+  if (guarded && upstream_started_ >= complete_deadline_) {
+    return Release(ErrorCode::kStoreUnavailable);
+  }
   UpstreamLimits limits;
   limits.connect_timeout_ms = config_->upstream.connect_timeout_ms;
   limits.response_timeout_ms = config_->upstream.response_timeout_ms;
   limits.max_response_body = config_->limits.max_response_body;
+  if (guarded) limits.deadline = complete_deadline_;
   std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_);
   worker_->upstream().Send(std::move(bytes), request_.method == "HEAD", limits,
                            [this](UpstreamResult result) { OnUpstream(std::move(result)); });

@@ -45,6 +45,7 @@ class Exchange {
   void Claim();
   void OnClaim(ClaimResult result);
   void Forward();
+  int64_t LeaseMarginMs() const;
   void OnUpstream(UpstreamResult result);
   void CompleteWith(StoredResponse response);
   void SendComplete();

@@ -175,6 +175,9 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
   for (const Header& h : response.headers) {
     if (IsHopByHop(h.name, response.headers)) continue;
     if (HeaderNameEquals(h.name, "Content-Length") && !head_request) continue;
+    // The gateway's own header (R2: a first answer never carries it), even from a backend that
+    // deduplicates too.
+    if (HeaderNameEquals(h.name, "Idempotent-Replayed")) continue;
     stored.headers.emplace_back(h.name, h.value);
   }
   stored.body = response.body;

@@ -229,8 +229,8 @@ class Server {
   SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
   SslCtxPtr upstream_tls_;
   Gateway gateway_;
+  std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
-  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<AccessLog> access_log_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<AdminServer> admin_;

@@ -32,6 +32,7 @@ class UpstreamConn {
 
   // Starts connecting; the call begins once connected.
   bool Connect() {
+    connecting_ = true;  // also on failure below: Start then reports kUnavailable, never sends
     if (pool_->tls() != nullptr) {
       SSL* ssl = NewUpstreamSsl(pool_->tls(), pool_->host());
       if (ssl == nullptr) return false;
@@ -43,7 +44,6 @@ class UpstreamConn {
     }
     if (!bev_) return false;
     SetCallbacks();
-    connecting_ = true;
     bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(bev_.get(), pool_->addr(), static_cast<int>(pool_->addr_len())) <
         0) {
@@ -78,7 +78,7 @@ class UpstreamConn {
     parser_->Begin(head);
     timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
     if (connecting_) {
-      timer_.Arm(limits.connect_timeout_ms);
+      timer_.Arm(CappedMs(limits.connect_timeout_ms));
     } else {
       SendRequest();
     }
@@ -91,8 +91,16 @@ class UpstreamConn {
   }
   void SetCallbacks() { bufferevent_setcb(bev_.get(), ReadCb, nullptr, EventCb, this); }
 
+  // `ms`, or less when the call's deadline comes sooner.
+  int64_t CappedMs(int64_t ms) const {
+    if (limits_.deadline == std::chrono::steady_clock::time_point::max()) return ms;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        limits_.deadline - std::chrono::steady_clock::now());
+    return std::clamp<int64_t>(left.count(), 0, ms);
+  }
+
   void SendRequest() {
-    timer_.Arm(limits_.response_timeout_ms);
+    timer_.Arm(CappedMs(limits_.response_timeout_ms));
     // Straight to the socket when nothing is queued (no EPOLLOUT round trip); the rest, if the
     // socket took only part, goes through the bufferevent.
     size_t sent = 0;

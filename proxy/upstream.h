@@ -4,6 +4,7 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -39,6 +40,9 @@ struct UpstreamLimits {
   int64_t connect_timeout_ms = 5'000;
   int64_t response_timeout_ms = 20'000;
   uint64_t max_response_body = 8 << 20;
+  // Neither timer runs past this: a guarded attempt must have its result stored while its lease
+  // still holds (past it a retry may take the key over and execute it again).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 class UpstreamConn;

@@ -125,7 +125,7 @@ class RocksStore final : public Store {
   void Claim(ClaimRequest request, ClaimCallback done) override;
   void Complete(ClaimToken token, StoredResponse response, StatusCallback done) override;
   void Release(ClaimToken token, StatusCallback done) override;
-  LookupResult Lookup(const ScopeId& scope, std::string_view key) override;
+  LookupResult Lookup(const ScopeId& scope, std::string_view key, bool memory_only) override;
   void Delete(const ScopeId& scope, std::string key, StatusCallback done) override;
   uint64_t ApproximateRecords() override;
   void Close() override;
@@ -140,7 +140,7 @@ class RocksStore final : public Store {
   void RunBatch(std::vector<Op>& batch);
   void Decide(Op& op, TimeMs now);
   StoreStatus ReadRecord(const std::string& key, std::optional<Record>* record);
-  void Apply(const std::string& key, WriteAction action, const Record& record);
+  StoreStatus Apply(const std::string& key, WriteAction action, const Record& record);
   uint64_t NewOwner();
   void Recover();
   static void Report(Op& op);
@@ -205,7 +205,7 @@ void RocksStore::Delete(const ScopeId& scope, std::string key, StatusCallback do
   Enqueue(std::move(op));
 }
 
-LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key) {
+LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, bool memory_only) {
   LookupResult out;
   std::string value;
   {
@@ -216,8 +216,14 @@ LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key) {
       out.outcome = LookupOutcome::kError;
       return out;
     }
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), MakeRecordKey(scope, key), &value);
+    rocksdb::ReadOptions read;
+    if (memory_only) read.read_tier = rocksdb::kBlockCacheTier;  // memtables + block cache only
+    rocksdb::Status s = db_->Get(read, MakeRecordKey(scope, key), &value);
     if (s.IsNotFound()) return out;
+    if (s.IsIncomplete()) {
+      out.outcome = LookupOutcome::kNotCached;
+      return out;
+    }
     if (!s.ok()) {
       out.outcome = LookupOutcome::kError;
       return out;
@@ -349,28 +355,38 @@ void RocksStore::Decide(Op& op, TimeMs now) {
     op.status = read;
     return;
   }
+  WriteAction action = WriteAction::kDelete;
+  Record record;
   switch (op.kind) {
     case Op::Kind::kClaim: {
       ClaimDecision d = DecideClaim(existing, op.claim, op.key, now, NewOwner());
       op.claim_result = std::move(d.result);
-      Apply(op.key, d.action, d.record);
+      action = d.action;
+      record = std::move(d.record);
       break;
     }
     case Op::Kind::kComplete: {
       CasDecision d = DecideComplete(existing, op.token, std::move(op.response));
       op.status = std::move(d.status);
-      Apply(op.key, d.action, d.record);
+      action = d.action;
+      record = std::move(d.record);
       break;
     }
     case Op::Kind::kRelease: {
       CasDecision d = DecideRelease(existing, op.token, now);
       op.status = std::move(d.status);
-      Apply(op.key, d.action, d.record);
+      action = d.action;
+      record = std::move(d.record);
       break;
     }
     case Op::Kind::kDelete:
-      Apply(op.key, WriteAction::kDelete, Record{});
       break;
+  }
+  StoreStatus applied = Apply(op.key, action, record);
+  if (!applied.ok()) {  // nothing of this op is in the batch: it must not report success
+    op.claim_result = ClaimResult{};
+    op.claim_result.status = applied;
+    op.status = applied;
   }
 }
 
@@ -384,12 +400,10 @@ StoreStatus RocksStore::ReadRecord(const std::string& key, std::optional<Record>
   return {};
 }
 
-void RocksStore::Apply(const std::string& key, WriteAction action, const Record& record) {
-  if (action == WriteAction::kPut) {
-    batch_.Put(key, EncodeRecord(record));
-  } else if (action == WriteAction::kDelete) {
-    batch_.Delete(key);
-  }
+StoreStatus RocksStore::Apply(const std::string& key, WriteAction action, const Record& record) {
+  if (action == WriteAction::kPut) return MapStatus(batch_.Put(key, EncodeRecord(record)));
+  if (action == WriteAction::kDelete) return MapStatus(batch_.Delete(key));
+  return {};
 }
 
 // After a failed write: Resume() clears retryable errors; errors RocksDB deems fatal (a failed

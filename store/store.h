@@ -39,7 +39,8 @@ enum class ClaimOutcome {
 struct ClaimToken {
   std::string record_key;  // MakeRecordKey(scope, key)
   uint32_t attempt = 0;
-  uint64_t owner = 0;  // random per attempt
+  uint64_t owner = 0;          // random per attempt
+  TimeMs lease_until_ms = 0;   // when a retry may take this attempt over (the store's clock)
 };
 
 struct ClaimRequest {
@@ -62,6 +63,7 @@ enum class LookupOutcome {
   kMiss,       // no live record
   kFound,      // `record` holds a live record (any state)
   kError,      // the read failed; the caller should fall back to Claim
+  kNotCached,  // memory_only, and the record (if any) is only on disk: fall back to Claim
 };
 
 struct LookupResult {
@@ -91,7 +93,10 @@ class Store {
   virtual void Release(ClaimToken token, StatusCallback done) = 0;
 
   // A read that never waits for the writer (the fast replay path). Expired records are kMiss.
-  virtual LookupResult Lookup(const ScopeId& scope, std::string_view key) = 0;
+  // `memory_only` (the event loops): never read the disk either; what is not in memory comes
+  // back as kNotCached, for Claim to read on the writer thread.
+  virtual LookupResult Lookup(const ScopeId& scope, std::string_view key,
+                              bool memory_only = false) = 0;
 
   // Deletes the record whatever its state (admin unblock). Reported once durable.
   virtual void Delete(const ScopeId& scope, std::string key, StatusCallback done) = 0;

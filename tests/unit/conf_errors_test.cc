@@ -77,6 +77,9 @@ TEST(ConfigErrors, BadSizes) {
                 "at least 1 byte");
   ExpectRefused("[limits]\nmax_request_body = \"99999999999GiB\"\n", 2, "limits.max_request_body",
                 "bad size");
+  // A stored response is one record: its body size is encoded in 32 bits, held in memory.
+  ExpectRefused("[limits]\nmax_response_body = \"5GiB\"\n", 2, "limits.max_response_body",
+                "at most 1GiB");
 }
 
 TEST(ConfigErrors, BadAddresses) {

@@ -111,6 +111,19 @@ TEST(HttpMessage, ToStoredResponseDropsHopByHopAndLength) {
   EXPECT_EQ(s.body, "{\"id\":\"pi_1\"}  ");
 }
 
+// R2: Idempotent-Replayed is the gateway's; one sent by a backend (that deduplicates too) is
+// not stored, so a first answer never carries it and a replay carries it once.
+TEST(HttpMessage, UpstreamIdempotentReplayedIsNotStored) {
+  Response r = UpstreamResponse();
+  r.headers.emplace_back("idempotent-replayed", "true");
+  StoredResponse s = ToStoredResponse(r, /*head_request=*/false);
+  std::string first = SerializeResponse(s, false, ConnectionHeader::kNone, false);
+  std::string replay = SerializeResponse(s, true, ConnectionHeader::kNone, false);
+  EXPECT_EQ(first.find("dempotent-Replayed"), std::string::npos) << first;
+  EXPECT_EQ(first.find("dempotent-replayed"), std::string::npos) << first;
+  EXPECT_EQ(replay.find("Idempotent-Replayed"), replay.rfind("Idempotent-Replayed")) << replay;
+}
+
 TEST(HttpMessage, AnswerToHeadKeepsTheUpstreamLengthOnce) {
   Response r = UpstreamResponse();
   r.status = 200;

@@ -243,6 +243,26 @@ TEST_F(RocksStoreTest, ReopenKeepsCompletedAndInFlightRecords) {
   EXPECT_EQ(MustFind("pending").response.body, "later");
 }
 
+// The event loops' lookup never reads the disk: a record only on disk is kNotCached (the caller
+// goes through Claim, which reads it on the writer thread); a plain lookup or a claim reads it,
+// and once its block is cached the memory-only lookup finds it too.
+TEST_F(RocksStoreTest, MemoryOnlyLookupLeavesDiskReadsToTheWriter) {
+  ClaimToken t = FreshClaim(Req("cold"));
+  ASSERT_TRUE(CompleteNow(*store_, t, Resp(200, "from disk")).ok());
+  ASSERT_TRUE(RocksStoreDb(store_.get())->Flush(rocksdb::FlushOptions()).ok());
+  Reopen();  // a new, empty block cache; the record is only in a table file
+  EXPECT_EQ(store_->Lookup(Scope(7), "cold", /*memory_only=*/true).outcome,
+            LookupOutcome::kNotCached);
+  EXPECT_EQ(store_->Lookup(Scope(7), "absent", /*memory_only=*/true).outcome,
+            LookupOutcome::kMiss);  // the table's bloom filter answers without I/O
+  ClaimResult r = ClaimNow(*store_, Req("cold"));
+  EXPECT_EQ(r.outcome, ClaimOutcome::kReplay);
+  EXPECT_EQ(r.record.response.body, "from disk");
+  LookupResult cached = store_->Lookup(Scope(7), "cold", /*memory_only=*/true);
+  EXPECT_EQ(cached.outcome, LookupOutcome::kFound);
+  EXPECT_EQ(cached.record.response.body, "from disk");
+}
+
 TEST_F(RocksStoreTest, UndecodableValuesAreErrorsNotCrashes) {
   std::string good = EncodeRecord(Record{RecordState::kCompleted, 1, 5, Fp(1), 0,
                                          clock_.NowMs() + 100'000, 0, Resp(200, "x")});
