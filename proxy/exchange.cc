@@ -153,7 +153,7 @@ int64_t Exchange::LeaseMarginMs() const {
 
 void Exchange::Forward() {
   upstream_started_ = Steady::now();
-  const bool guarded = outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover;
+  const bool guarded = OwnsClaim();
   // The claim itself took (nearly) the whole lease: too late to run the attempt safely.
   if (guarded && upstream_started_ >= complete_deadline_) {
     return Release(ErrorCode::kStoreUnavailable);
@@ -172,7 +172,7 @@ void Exchange::OnUpstream(UpstreamResult result) {
   upstream_us_ = MicrosSince(upstream_started_);
   upstream_error_kind_ = result.error;
   if (result.error == UpstreamError::kNone) upstream_status_ = result.response.status;
-  bool guarded = outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover;
+  bool guarded = OwnsClaim();
   StoredResponse response;
   switch (result.error) {
     case UpstreamError::kNone:
@@ -309,8 +309,7 @@ void Exchange::RecordFinished() {
   entry.status = status_;
   entry.outcome = OutcomeName(outcome_);
   entry.error = error_;
-  bool executed = outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover;
-  entry.attempt = executed ? token_.attempt : 0;
+  entry.attempt = OwnsClaim() ? token_.attempt : 0;
   entry.total_us = total_us;
   entry.upstream_us = upstream_us_;
   entry.bytes_out = bytes_out_;

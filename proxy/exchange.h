@@ -46,6 +46,8 @@ class Exchange {
   void OnClaim(ClaimResult result);
   void Forward();
   int64_t LeaseMarginMs() const;
+  // This exchange won the claim (fresh or takeover): it owns the key and runs the attempt.
+  bool OwnsClaim() const { return outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover; }
   void OnUpstream(UpstreamResult result);
   void CompleteWith(StoredResponse response);
   void SendComplete();
@@ -69,7 +71,8 @@ class Exchange {
   GuardDecision guard_;
   ClaimToken token_;
   StoredResponse pending_;  // the result being made durable by Complete
-  std::chrono::steady_clock::time_point complete_deadline_;  // retries of Complete stop here
+  // Before the lease ends: the upstream call and the retries of Complete stop here.
+  std::chrono::steady_clock::time_point complete_deadline_;
   int64_t complete_backoff_ms_ = 50;
   Timer retry_timer_;
   const char* proto_;  // "http" or "https": the client connection's, for X-Forwarded-Proto

@@ -355,7 +355,7 @@ void RocksStore::Decide(Op& op, TimeMs now) {
     op.status = read;
     return;
   }
-  WriteAction action = WriteAction::kDelete;
+  WriteAction action = WriteAction::kNone;
   Record record;
   switch (op.kind) {
     case Op::Kind::kClaim: {
@@ -380,6 +380,7 @@ void RocksStore::Decide(Op& op, TimeMs now) {
       break;
     }
     case Op::Kind::kDelete:
+      action = WriteAction::kDelete;
       break;
   }
   StoreStatus applied = Apply(op.key, action, record);

@@ -63,7 +63,7 @@ TEST_F(UpstreamTest, WithoutDeadlineTheResponseTimeoutRunsInFull) {
   EXPECT_EQ(r.response.body, "late");
 }
 
-TEST_F(UpstreamTest, PassedDeadlineStillReportsOnceAndAsynchronously) {
+TEST_F(UpstreamTest, PassedDeadlineEndsTheCallAtOnce) {
   UpstreamLimits limits;
   limits.deadline = Clock::now() - 1ms;
   UpstreamResult r = Call(limits);
