@@ -101,6 +101,10 @@ std::string FormatAccessLine(const AccessEntry& e) {
     AppendField(&out, "error");
     AppendJsonString(&out, GetErrorInfo(*e.error).code);
   }
+  if (!e.error_detail.empty()) {
+    AppendField(&out, "error_detail");
+    AppendJsonString(&out, e.error_detail);
+  }
   if (e.attempt > 0) {
     AppendField(&out, "attempt");
     out.append(std::to_string(e.attempt));

@@ -27,6 +27,7 @@ struct AccessEntry {
   int status = 0;
   const char* outcome = "";
   std::optional<ErrorCode> error;
+  std::string_view error_detail;  // why (the upstream's or the store's message); empty = omitted
   uint32_t attempt = 0;  // fresh and takeover only; 0 = omitted
   int64_t total_us = 0;
   int64_t upstream_us = -1;  // -1 = nothing went upstream

@@ -129,8 +129,8 @@ void ClientConn::StartExchange() {
   close_after_ = !request.keep_alive || worker_->draining();
   head_request_ = request.method == "HEAD";
   http10_ = request.http_minor == 0;
-  exchange_ =
-      worker_->AddExchange(std::make_unique<Exchange>(worker_, this, std::move(request), peer_ip_));
+  exchange_ = worker_->AddExchange(std::make_unique<Exchange>(
+      worker_, this, worker_->gateway().Snapshot(), std::move(request), peer_ip_, tls_));
   exchange_->Start();  // may answer at once (SendResponse)
 }
 

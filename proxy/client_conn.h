@@ -10,6 +10,7 @@
 #include "conf/config.h"
 #include "proxy/errors.h"
 #include "proxy/event_util.h"
+#include "proxy/exchange_env.h"
 #include "proxy/http_parser.h"
 
 namespace idemgate {
@@ -17,16 +18,16 @@ namespace idemgate {
 class Exchange;
 class Worker;
 
-class ClientConn {
+class ClientConn final : public ResponseSink {
  public:
   // `tls` (owned from here on; may be null) makes this an https connection.
   ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls = nullptr);
-  ~ClientConn();
+  ~ClientConn() override;
   void Start();
 
   // The exchange's answer. After it is written the connection reads the next request, or
   // closes when the client or the gateway asked for that.
-  void SendResponse(const StoredResponse& response, bool replayed);
+  void SendResponse(const StoredResponse& response, bool replayed) override;
   // Shutdown: close now when nothing is in progress; otherwise after the current answer.
   void CloseWhenIdle();
   bool tls() const { return tls_; }

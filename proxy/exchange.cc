@@ -2,12 +2,14 @@
 #include "proxy/exchange.h"
 
 #include <algorithm>
+#include <cassert>
+#include <chrono>
 #include <cstdio>
 
+#include "conf/config.h"
 #include "proxy/access_log.h"
-#include "proxy/client_conn.h"
 #include "proxy/metrics.h"
-#include "proxy/worker.h"
+#include "store/claim_rules.h"
 
 namespace idemgate {
 
@@ -15,10 +17,27 @@ namespace {
 // An attempt's upstream call ends this long before its lease (less when the lease leaves less
 // room over connect + response timeouts), so its completion lands while it owns the key.
 constexpr int64_t kLeaseMarginMs = 1'000;
-using Steady = std::chrono::steady_clock;
 
-int64_t MicrosSince(Steady::time_point start) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Steady::now() - start).count();
+// Which phase may follow which: every other change is a bug.
+bool Allowed(Phase from, Phase to) {
+  switch (from) {
+    case Phase::kNew:
+      return to == Phase::kClaiming || to == Phase::kForwarding || to == Phase::kDone;
+    case Phase::kClaiming:
+      return to == Phase::kForwarding || to == Phase::kCompleting || to == Phase::kReleasing ||
+             to == Phase::kDone;
+    case Phase::kForwarding:
+      return to == Phase::kCompleting || to == Phase::kReleasing || to == Phase::kDone;
+    case Phase::kCompleting:
+      return to == Phase::kBackoff || to == Phase::kDone;
+    case Phase::kBackoff:
+      return to == Phase::kCompleting || to == Phase::kDone;
+    case Phase::kReleasing:
+      return to == Phase::kDone;
+    case Phase::kDone:
+      return false;
+  }
+  return false;
 }
 }  // namespace
 
@@ -42,20 +61,53 @@ const char* OutcomeName(Outcome outcome) {
   return "unknown";
 }
 
-Exchange::Exchange(Worker* worker, ClientConn* conn, Request request, std::string client_ip)
-    : worker_(worker),
-      conn_(conn),
-      config_(worker->gateway().Snapshot()),
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kNew:
+      return "new";
+    case Phase::kClaiming:
+      return "claiming";
+    case Phase::kForwarding:
+      return "forwarding";
+    case Phase::kCompleting:
+      return "completing";
+    case Phase::kBackoff:
+      return "backoff";
+    case Phase::kReleasing:
+      return "releasing";
+    case Phase::kDone:
+      return "done";
+  }
+  return "unknown";
+}
+
+Exchange::Exchange(ExchangeEnv* env, ResponseSink* sink, std::shared_ptr<const Config> config,
+                   Request request, std::string client_ip, bool tls)
+    : env_(env),
+      sink_(sink),
+      config_(std::move(config)),
       request_(std::move(request)),
       client_ip_(std::move(client_ip)),
-      proto_(conn->tls() ? "https" : "http"),
-      started_(Steady::now()) {}
+      proto_(tls ? "https" : "http"),
+      started_us_(env->MonoUs()) {}
 
 Exchange::~Exchange() = default;
 
+void Exchange::SetPhase(Phase next) {
+  if (!Allowed(phase_, next)) {
+    fprintf(stderr, "idemgate: exchange: illegal phase change %s -> %s\n", PhaseName(phase_),
+            PhaseName(next));
+    assert(false && "illegal exchange phase change");
+  }
+  phase_ = next;
+  if (next != Phase::kDone) return;
+  assert(answered_ && "an exchange ended without an answer");
+  env_->Finished(this);
+}
+
 template <typename Fn>
 void Exchange::OnLoop(Fn fn) {
-  worker_->Post(std::move(fn));
+  env_->Post(std::move(fn));
 }
 
 void Exchange::Start() {
@@ -73,44 +125,44 @@ void Exchange::Start() {
   }
 }
 
-// A read that never waits for the writer: completed records never change until they expire,
-// and a live lease or a different fingerprint is answered the same way Claim would.
+// A read that never waits for the writer: the outcomes that write nothing (replay, in flight,
+// mismatch) are judged by the same table the store's claim uses (JudgeRecord).
 bool Exchange::FastPath() {
-  LookupResult found =
-      worker_->gateway().store->Lookup(guard_.scope, guard_.key, /*memory_only=*/true);
+  LookupResult found = env_->store().Lookup(guard_.scope, guard_.key, /*memory_only=*/true);
   if (found.outcome != LookupOutcome::kFound) return false;
-  const Record& record = found.record;
-  if (record.fingerprint != guard_.fingerprint) {
-    outcome_ = Outcome::kMismatch;
-    RespondMismatch(record.fingerprint);
-    return true;
+  RecordVerdict verdict = JudgeRecord(found.record, guard_.fingerprint, env_->clock().NowMs());
+  switch (verdict.outcome) {
+    case ClaimOutcome::kMismatch:
+      outcome_ = Outcome::kMismatch;
+      RespondMismatch(found.record.fingerprint);
+      return true;
+    case ClaimOutcome::kReplay:
+      outcome_ = Outcome::kReplay;
+      Respond(found.record.response, true);
+      return true;
+    case ClaimOutcome::kInFlight:
+      outcome_ = Outcome::kInFlight;
+      RespondInUse(verdict.retry_after_s);
+      return true;
+    case ClaimOutcome::kFresh:
+    case ClaimOutcome::kTakeover:
+      return false;  // writes: the store's Claim decides atomically
   }
-  if (record.state == RecordState::kCompleted) {
-    outcome_ = Outcome::kReplay;
-    Respond(record.response, true);
-    return true;
-  }
-  TimeMs now = worker_->gateway().clock->NowMs();
-  if (now < record.lease_until_ms) {
-    outcome_ = Outcome::kInFlight;
-    RespondInUse((record.lease_until_ms - now + 999) / 1000);
-    return true;
-  }
-  return false;  // an expired lease: Claim decides the takeover atomically
+  return false;
 }
 
 void Exchange::Claim() {
+  SetPhase(Phase::kClaiming);
   ClaimRequest claim;
   claim.scope = guard_.scope;
   claim.key = guard_.key;
   claim.fingerprint = guard_.fingerprint;
   claim.lease_ms = config_->idempotency.lease_ms;
   claim.ttl_ms = config_->idempotency.ttl_ms;
-  Steady::time_point start = Steady::now();
-  worker_->gateway().store->Claim(std::move(claim), [this, start](ClaimResult result) {
-    int64_t us = MicrosSince(start);
-    OnLoop([this, us, result = std::move(result)]() mutable {
-      worker_->RecordStoreOp(StoreOp::kClaim, us);
+  int64_t start = env_->MonoUs();
+  env_->store().Claim(std::move(claim), [this, start](ClaimResult result) {
+    OnLoop([this, start, result = std::move(result)]() mutable {
+      env_->RecordStoreOp(StoreOp::kClaim, env_->MonoUs() - start);
       OnClaim(std::move(result));
     });
   });
@@ -119,19 +171,23 @@ void Exchange::Claim() {
 void Exchange::OnClaim(ClaimResult result) {
   if (!result.status.ok()) {
     outcome_ = Outcome::kRejected;
+    error_detail_ = result.status.message;
     return RespondError(ErrorCode::kStoreUnavailable);
   }
   switch (result.outcome) {
     case ClaimOutcome::kFresh:
-    case ClaimOutcome::kTakeover:
+    case ClaimOutcome::kTakeover: {
       outcome_ = result.outcome == ClaimOutcome::kFresh ? Outcome::kFresh : Outcome::kTakeover;
       token_ = std::move(result.token);
+      // Answered already (a hard stop while the claim was pending): the client was told nothing
+      // went upstream, so nothing may. Give the key back.
+      if (answered_) return Release(ErrorCode::kStoreUnavailable);
       // Past the lease a retry may take over: the upstream's answer and its completion must
       // land before that, with a margin for the completion's own synced write.
-      complete_deadline_ = Steady::now() + std::chrono::milliseconds(
-                                               token_.lease_until_ms -
-                                               worker_->gateway().clock->NowMs() - LeaseMarginMs());
+      int64_t left_ms = token_.lease_until_ms - env_->clock().NowMs() - LeaseMarginMs();
+      complete_deadline_us_ = env_->MonoUs() + left_ms * 1000;
       return Forward();
+    }
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
       return Respond(result.record.response, true);
@@ -152,26 +208,31 @@ int64_t Exchange::LeaseMarginMs() const {
 }
 
 void Exchange::Forward() {
-  upstream_started_ = Steady::now();
+  upstream_started_us_ = env_->MonoUs();
   const bool guarded = OwnsClaim();
   // The claim itself took (nearly) the whole lease: too late to run the attempt safely.
-  if (guarded && upstream_started_ >= complete_deadline_) {
+  if (guarded && upstream_started_us_ >= complete_deadline_us_) {
     return Release(ErrorCode::kStoreUnavailable);
   }
+  SetPhase(Phase::kForwarding);
   UpstreamLimits limits;
   limits.connect_timeout_ms = config_->upstream.connect_timeout_ms;
   limits.response_timeout_ms = config_->upstream.response_timeout_ms;
   limits.max_response_body = config_->limits.max_response_body;
-  if (guarded) limits.deadline = complete_deadline_;
+  if (guarded) {
+    limits.deadline = std::chrono::steady_clock::time_point(
+        std::chrono::microseconds(complete_deadline_us_));
+  }
   std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_);
-  worker_->upstream().Send(std::move(bytes), request_.method == "HEAD", limits,
-                           [this](UpstreamResult result) { OnUpstream(std::move(result)); });
+  env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
+                     [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }
 
 void Exchange::OnUpstream(UpstreamResult result) {
-  upstream_us_ = MicrosSince(upstream_started_);
+  upstream_us_ = env_->MonoUs() - upstream_started_us_;
   upstream_error_kind_ = result.error;
   if (result.error == UpstreamError::kNone) upstream_status_ = result.response.status;
+  if (result.error != UpstreamError::kNone) error_detail_ = result.detail;
   bool guarded = OwnsClaim();
   StoredResponse response;
   switch (result.error) {
@@ -201,11 +262,11 @@ void Exchange::CompleteWith(StoredResponse response) {
 }
 
 void Exchange::SendComplete() {
-  Steady::time_point start = Steady::now();
-  worker_->gateway().store->Complete(token_, pending_, [this, start](StoreStatus status) {
-    int64_t us = MicrosSince(start);
-    OnLoop([this, us, status = std::move(status)]() {
-      worker_->RecordStoreOp(StoreOp::kComplete, us);
+  SetPhase(Phase::kCompleting);
+  int64_t start = env_->MonoUs();
+  env_->store().Complete(token_, pending_, [this, start](StoreStatus status) {
+    OnLoop([this, start, status = std::move(status)]() {
+      env_->RecordStoreOp(StoreOp::kComplete, env_->MonoUs() - start);
       OnComplete(status);
     });
   });
@@ -214,6 +275,7 @@ void Exchange::SendComplete() {
 void Exchange::OnComplete(const StoreStatus& status) {
   if (status.ok()) return Respond(pending_, false);
   error_.reset();  // the upstream's error (if any) is not what the client gets
+  error_detail_ = status.message;
   if (status.code == StoreCode::kStaleClaim) {
     // C3: this attempt was taken over; only the new owner's result may leave the gateway.
     outcome_ = Outcome::kInFlight;
@@ -221,12 +283,11 @@ void Exchange::OnComplete(const StoreStatus& status) {
   }
   // The upstream executed but its result is not durable yet. Retry while the lease holds, so a
   // store that recovers (disk space freed) still records it and no retry can execute twice.
-  Steady::time_point next = Steady::now() + std::chrono::milliseconds(complete_backoff_ms_);
-  if (status.code != StoreCode::kShutdown && next < complete_deadline_) {
-    if (!retry_timer_.initialized()) {
-      retry_timer_.Init<Exchange, &Exchange::SendComplete>(worker_->base(), this);
-    }
-    retry_timer_.Arm(complete_backoff_ms_);
+  int64_t next_us = env_->MonoUs() + complete_backoff_ms_ * 1000;
+  if (status.code != StoreCode::kShutdown && !shutting_down_ && next_us < complete_deadline_us_) {
+    if (!retry_timer_) retry_timer_ = env_->NewTimer([this] { SendComplete(); });
+    SetPhase(Phase::kBackoff);
+    retry_timer_->Arm(complete_backoff_ms_);
     complete_backoff_ms_ = std::min<int64_t>(complete_backoff_ms_ * 2, 1'000);
     return;
   }
@@ -238,19 +299,48 @@ void Exchange::OnComplete(const StoreStatus& status) {
                "outcome is unknown.");
 }
 
-void Exchange::Release(ErrorCode code) {
-  Steady::time_point start = Steady::now();
-  worker_->gateway().store->Release(token_, [this, code, start](StoreStatus status) {
-    int64_t us = MicrosSince(start);
-    OnLoop([this, code, us, status = std::move(status)]() {
-      worker_->RecordStoreOp(StoreOp::kRelease, us);
-      if (!status.ok()) {
-        // The record stays in flight: retries get 409 until the lease ends, then take over.
-        fprintf(stderr, "idemgate: releasing a claim failed: %s\n", status.message.c_str());
-      }
-      RespondError(code);
+void Exchange::Release(ErrorCode code, std::string detail) {
+  SetPhase(Phase::kReleasing);
+  release_code_ = code;
+  release_detail_ = std::move(detail);
+  int64_t start = env_->MonoUs();
+  env_->store().Release(token_, [this, start](StoreStatus status) {
+    OnLoop([this, start, status = std::move(status)]() {
+      env_->RecordStoreOp(StoreOp::kRelease, env_->MonoUs() - start);
+      OnReleased(status);
     });
   });
+}
+
+void Exchange::OnReleased(const StoreStatus& status) {
+  if (!status.ok()) {
+    // The record stays in flight: retries get 409 until the lease ends, then take over.
+    fprintf(stderr, "idemgate: releasing a claim failed: %s\n", status.message.c_str());
+    if (error_detail_.empty()) error_detail_ = status.message;
+  }
+  RespondError(release_code_, release_detail_);
+}
+
+void Exchange::OnShutdown() {
+  shutting_down_ = true;
+  if (phase_ != Phase::kBackoff) return;
+  retry_timer_->Cancel();
+  SetPhase(Phase::kCompleting);  // the retry that will not come: settle as a final failure
+  OnComplete({StoreCode::kShutdown, "the gateway shut down while the store was failing"});
+}
+
+void Exchange::AnswerNow() {
+  if (answered_) return;
+  outcome_ = OwnsClaim() ? outcome_ : Outcome::kRejected;
+  error_ = ErrorCode::kStoreUnavailable;
+  error_detail_ = std::string("the gateway stopped while ") + PhaseName(phase_);
+  StoredResponse response = MakeErrorResponse(ErrorCode::kStoreUnavailable);
+  status_ = response.status;
+  bytes_out_ = response.body.size();
+  answered_ = true;
+  RecordFinished();
+  if (sink_) sink_->SendResponse(response, false);
+  sink_ = nullptr;
 }
 
 void Exchange::RespondInUse(int64_t retry_after_s) {
@@ -278,19 +368,22 @@ void Exchange::RespondError(ErrorCode code, const std::string& detail) {
   Respond(response, false);
 }
 
-// Every exchange ends here, exactly once: counted and logged before the answer leaves (so a
-// client that has its answer also sees it in /metrics), then freed on the next loop turn.
+// Every exchange ends here: counted and logged before the answer leaves (so a client that has
+// its answer also sees it in /metrics), then Done. After an early answer (AnswerNow) only Done.
 void Exchange::Respond(const StoredResponse& response, bool replayed) {
-  status_ = response.status;
-  bytes_out_ = response.body.size();
-  RecordFinished();
-  if (conn_) conn_->SendResponse(response, replayed);
-  conn_ = nullptr;
-  worker_->RemoveExchange(this);
+  if (!answered_) {
+    answered_ = true;
+    status_ = response.status;
+    bytes_out_ = response.body.size();
+    RecordFinished();
+    if (sink_) sink_->SendResponse(response, replayed);
+    sink_ = nullptr;
+  }
+  SetPhase(Phase::kDone);
 }
 
 void Exchange::RecordFinished() {
-  int64_t total_us = MicrosSince(started_);
+  int64_t total_us = env_->MonoUs() - started_us_;
   ExchangeSample sample;
   sample.outcome = outcome_;
   sample.error = error_;
@@ -298,9 +391,7 @@ void Exchange::RecordFinished() {
   sample.upstream_error = upstream_error_kind_;
   sample.total_us = total_us;
   sample.upstream_us = upstream_us_;
-  worker_->RecordExchange(sample);
-  AccessLog* log = worker_->gateway().access_log;
-  if (!log) return;
+  if (!env_->WantsAccessEntry()) return env_->RecordExchange(sample, nullptr);
   AccessEntry entry;
   entry.time = std::chrono::system_clock::now();
   entry.method = request_.method;
@@ -309,12 +400,13 @@ void Exchange::RecordFinished() {
   entry.status = status_;
   entry.outcome = OutcomeName(outcome_);
   entry.error = error_;
+  entry.error_detail = error_detail_;
   entry.attempt = OwnsClaim() ? token_.attempt : 0;
   entry.total_us = total_us;
   entry.upstream_us = upstream_us_;
   entry.bytes_out = bytes_out_;
   if (guard_.kind == GuardKind::kGuarded) entry.key_hash = KeyHash(guard_.scope, guard_.key);
-  log->Write(FormatAccessLine(entry));
+  env_->RecordExchange(sample, &entry);
 }
 
 }  // namespace idemgate

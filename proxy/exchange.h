@@ -1,23 +1,24 @@
-// The life of one request, as named phases: Route -> Guard -> FastReplay -> Claim -> Forward ->
-// Complete -> Respond (count, log, answer, free). An exchange outlives its client connection: once
-// a request went upstream its result is stored even if the client has gone.
+// The life of one request as an explicit state machine: Start (route, guard, fast replay) ->
+// Claiming -> Forwarding -> Completing (-> Backoff -> Completing) or Releasing -> Done.
+// An exchange outlives its client connection: once a request went upstream its result is stored
+// even if the client has gone. It is freed only in Done, when nothing of it is outstanding, so a
+// late store or upstream callback never reaches a freed object (README "Life of a request").
 #pragma once
 
-#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "proxy/event_util.h"
+#include "proxy/errors.h"
+#include "proxy/exchange_env.h"
 #include "proxy/guard.h"
 #include "proxy/http_message.h"
-#include "proxy/upstream.h"
 #include "store/store.h"
 
 namespace idemgate {
 
-class ClientConn;
-class Worker;
+struct Config;
 
 // How an exchange ended, for the access log and metrics.
 enum class Outcome {
@@ -31,58 +32,95 @@ enum class Outcome {
 };
 const char* OutcomeName(Outcome outcome);
 
+// What an exchange is doing, and so what it waits for.
+enum class Phase {
+  kNew,         // constructed, Start() not yet called
+  kClaiming,    // waiting for the store's Claim
+  kForwarding,  // waiting for the upstream's answer
+  kCompleting,  // waiting for the store's Complete (the result being made durable)
+  kBackoff,     // waiting for the timer that retries a failed Complete
+  kReleasing,   // waiting for the store's Release (nothing went upstream)
+  kDone,        // answered, nothing outstanding: handed back to be freed
+};
+const char* PhaseName(Phase phase);
+
 class Exchange {
  public:
-  Exchange(Worker* worker, ClientConn* conn, Request request, std::string client_ip);
+  Exchange(ExchangeEnv* env, ResponseSink* sink, std::shared_ptr<const Config> config,
+           Request request, std::string client_ip, bool tls);
   ~Exchange();
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
   void Start();
   // The client connection is gone; the exchange still runs to its end, storing its result.
-  void DetachClient() { conn_ = nullptr; }
+  void DetachClient() { sink_ = nullptr; }
+  // Shutdown: an attempt waiting to retry its Complete gives up (the store is failing); every
+  // other phase finishes (the worker cuts upstream calls, and store operations are short).
+  void OnShutdown();
+  // The last resort at a hard stop: answer now (503) if not answered yet, and detach. What is
+  // outstanding still finishes into this object if the loop runs again; nothing is freed here.
+  void AnswerNow();
+
+  Phase phase() const { return phase_; }
+  bool answered() const { return answered_; }
+  Outcome outcome() const { return outcome_; }
 
  private:
-  void Guard();
+  // The one place the phase changes: checks the transition (debug builds) and, entering Done,
+  // that the exchange has answered; then hands it back to be freed.
+  void SetPhase(Phase next);
   bool FastPath();
   void Claim();
   void OnClaim(ClaimResult result);
   void Forward();
-  int64_t LeaseMarginMs() const;
-  // This exchange won the claim (fresh or takeover): it owns the key and runs the attempt.
   bool OwnsClaim() const { return outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover; }
   void OnUpstream(UpstreamResult result);
   void CompleteWith(StoredResponse response);
   void SendComplete();
   void OnComplete(const StoreStatus& status);
-  void Release(ErrorCode code);
+  void Release(ErrorCode code, std::string detail = {});
+  void OnReleased(const StoreStatus& status);
+  int64_t LeaseMarginMs() const;
+
+  // The answer: sent once, counted and logged before it leaves. It ends the exchange unless an
+  // operation is still outstanding (then Done comes when it finishes).
   void RespondInUse(int64_t retry_after_s);
   void RespondMismatch(const Fingerprint& stored);
   void RespondError(ErrorCode code, const std::string& detail = {});
   void Respond(const StoredResponse& response, bool replayed);
-  void RecordFinished();  // metrics and the access log, once per exchange
+  void RecordFinished();
 
-  // Posts a store result back onto this exchange's loop.
+  // Runs a store callback's work back on this exchange's loop.
   template <typename Fn>
   void OnLoop(Fn fn);
 
-  Worker* worker_;
-  ClientConn* conn_;
+  ExchangeEnv* env_;
+  ResponseSink* sink_;
   std::shared_ptr<const Config> config_;
   Request request_;
   std::string client_ip_;
+  const char* proto_;  // "http" or "https": the client connection's, for X-Forwarded-Proto
+  Phase phase_ = Phase::kNew;
+  bool answered_ = false;
   GuardDecision guard_;
   ClaimToken token_;
   StoredResponse pending_;  // the result being made durable by Complete
-  // Before the lease ends: the upstream call and the retries of Complete stop here.
-  std::chrono::steady_clock::time_point complete_deadline_;
+  ErrorCode release_code_ = ErrorCode::kUpstreamUnavailable;  // the answer after a Release
+  std::string release_detail_;
+  // Monotonic: before the lease ends, the upstream call and the retries of Complete stop here.
+  int64_t complete_deadline_us_ = 0;
   int64_t complete_backoff_ms_ = 50;
-  Timer retry_timer_;
-  const char* proto_;  // "http" or "https": the client connection's, for X-Forwarded-Proto
+  std::unique_ptr<LoopTimer> retry_timer_;
+  bool shutting_down_ = false;
   Outcome outcome_ = Outcome::kPassthrough;
   int status_ = 0;
   std::optional<ErrorCode> error_;  // the gateway's own error answer, if any
+  std::string error_detail_;        // why: the upstream's or the store's message, for the log
   int upstream_status_ = 0;         // the upstream's status, when it answered
   std::optional<UpstreamError> upstream_error_kind_;
-  std::chrono::steady_clock::time_point started_;
-  std::chrono::steady_clock::time_point upstream_started_;
+  int64_t started_us_ = 0;
+  int64_t upstream_started_us_ = 0;
   int64_t upstream_us_ = -1;
   size_t bytes_out_ = 0;
 };

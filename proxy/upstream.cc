@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <vector>
 #include <cerrno>
 #include <cstring>
 
@@ -82,6 +83,12 @@ class UpstreamConn {
     } else {
       SendRequest();
     }
+  }
+
+  // Shutdown: the call in progress ends now (indeterminate once connected: R4).
+  void Abort(const std::string& detail) {
+    if (!done_) return;
+    Fail(connecting_ ? UpstreamError::kUnavailable : UpstreamError::kFailed, detail);
   }
 
  private:
@@ -281,6 +288,12 @@ void UpstreamPool::OnConnDead(UpstreamConn* conn) {
       return;
     }
   }
+}
+
+void UpstreamPool::AbortAll(const std::string& detail) {
+  std::vector<UpstreamConn*> calls;
+  for (auto& conn : busy_) calls.push_back(conn.get());
+  for (UpstreamConn* conn : calls) conn->Abort(detail);
 }
 
 void UpstreamPool::Reap() { dead_.clear(); }

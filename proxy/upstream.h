@@ -63,6 +63,10 @@ class UpstreamPool {
   void Send(std::string request, bool head_request, const UpstreamLimits& limits,
             UpstreamCallback done);
 
+  // Shutdown: every call in progress ends now with kFailed (kUnavailable if not yet connected),
+  // so its exchange stores an indeterminate answer instead of being cut without one.
+  void AbortAll(const std::string& detail);
+
   size_t idle() const { return idle_.size(); }
   size_t busy() const { return busy_.size(); }
 

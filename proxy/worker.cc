@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "proxy/access_log.h"
@@ -55,6 +57,25 @@ evutil_socket_t BindReusePort(const HostPort& addr, uint16_t port, std::string* 
   }
   return fd;
 }
+
+// Store operations still running when the grace period ends get this much longer: a claim or a
+// completion is never cut (an attempt's answer must be stored), but a stalled store must not
+// keep the process from exiting forever.
+constexpr int64_t kStoreGraceMs = 5'000;
+
+class EventLoopTimer final : public LoopTimer {
+ public:
+  EventLoopTimer(event_base* base, std::function<void()> fn) : fn_(std::move(fn)) {
+    timer_.Init<EventLoopTimer, &EventLoopTimer::Fire>(base, this);
+  }
+  void Arm(int64_t ms) override { timer_.Arm(ms); }
+  void Cancel() override { timer_.Cancel(); }
+
+ private:
+  void Fire() { fn_(); }
+  std::function<void()> fn_;
+  Timer timer_;
+};
 
 }  // namespace
 
@@ -163,13 +184,27 @@ void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, vo
   raw->Start();
 }
 
+std::unique_ptr<LoopTimer> Worker::NewTimer(std::function<void()> fn) {
+  return std::make_unique<EventLoopTimer>(base_.get(), std::move(fn));
+}
+
+int64_t Worker::MonoUs() const {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+void Worker::SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,
+                          UpstreamCallback done) {
+  upstream_->Send(std::move(request), head_request, limits, std::move(done));
+}
+
 Exchange* Worker::AddExchange(std::unique_ptr<Exchange> exchange) {
   Exchange* raw = exchange.get();
   exchanges_.emplace(raw, std::move(exchange));
   return raw;
 }
 
-void Worker::RemoveExchange(Exchange* exchange) {
+void Worker::Finished(Exchange* exchange) {
   auto it = exchanges_.find(exchange);
   if (it == exchanges_.end()) return;
   dead_exchanges_.push_back(std::move(it->second));
@@ -186,8 +221,11 @@ void Worker::RemoveConn(ClientConn* conn) {
   event_active(reaper_.get(), 0, 0);
 }
 
-void Worker::RecordExchange(const ExchangeSample& sample) {
+void Worker::RecordExchange(const ExchangeSample& sample, const AccessEntry* entry) {
   if (metrics_) metrics_->RecordExchange(sample);
+  if (entry != nullptr && gateway_->access_log) {
+    gateway_->access_log->Write(FormatAccessLine(*entry));
+  }
 }
 
 void Worker::RecordStoreOp(StoreOp op, int64_t micros) {
@@ -198,7 +236,7 @@ void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, s
   ExchangeSample sample;
   sample.outcome = Outcome::kRejected;
   sample.error = code;
-  RecordExchange(sample);
+  if (metrics_) metrics_->RecordExchange(sample);
   AccessLog* log = gateway_->access_log;
   if (!log) return;
   AccessEntry entry;
@@ -220,19 +258,45 @@ void Worker::Reap() {
 void Worker::Shutdown(int64_t grace_ms) {
   Post([this, grace_ms] {
     BeginDrain();
-    timeval tv{static_cast<time_t>(grace_ms / 1000),
-               static_cast<suseconds_t>((grace_ms % 1000) * 1000)};
-    event_base_loopexit(base_.get(), &tv);  // the grace period's hard stop
+    grace_timer_.Init<Worker, &Worker::CutAtGrace>(base_.get(), this);
+    grace_timer_.Arm(grace_ms);
   });
 }
 
 void Worker::BeginDrain() {
   draining_ = true;
-  if (listener_) evconnlistener_disable(listener_.get());
+  // Closed, not paused: a paused listener's socket would still queue new clients in its backlog,
+  // where they hang until the process exits.
+  listener_.reset();
   std::vector<ClientConn*> conns;
   for (auto& [raw, owned] : conns_) conns.push_back(raw);
   for (ClientConn* conn : conns) conn->CloseWhenIdle();
   MaybeExit();
+}
+
+// The grace period is over: upstream calls still running end now and their exchanges store an
+// indeterminate answer (R4), so a retry after the restart replays it instead of executing again.
+void Worker::CutAtGrace() {
+  if (!exchanges_.empty()) {
+    fprintf(stderr, "idemgate: shutdown grace over: ending %zu requests in progress\n",
+            exchanges_.size());
+  }
+  upstream_->AbortAll("the gateway shut down before the upstream answered");
+  std::vector<Exchange*> running;
+  for (auto& [raw, owned] : exchanges_) running.push_back(raw);
+  for (Exchange* exchange : running) {
+    if (exchanges_.count(exchange)) exchange->OnShutdown();
+  }
+  hard_stop_timer_.Init<Worker, &Worker::HardStop>(base_.get(), this);
+  hard_stop_timer_.Arm(kStoreGraceMs);
+  MaybeExit();
+}
+
+// The store did not finish in time either: answer what has not been answered, and leave.
+void Worker::HardStop() {
+  fprintf(stderr, "idemgate: %zu store operations still pending at exit\n", exchanges_.size());
+  for (auto& [raw, owned] : exchanges_) raw->AnswerNow();
+  event_base_loopexit(base_.get(), nullptr);
 }
 
 void Worker::MaybeExit() {

@@ -13,6 +13,7 @@
 
 #include "proxy/errors.h"
 #include "proxy/event_util.h"
+#include "proxy/exchange_env.h"
 #include "proxy/gateway.h"
 #include "proxy/upstream.h"
 
@@ -24,10 +25,10 @@ class MetricsShard;
 struct ExchangeSample;
 enum class StoreOp;
 
-class Worker {
+class Worker final : public ExchangeEnv {
  public:
   Worker(int index, Gateway* gateway);
-  ~Worker();
+  ~Worker() override;
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -38,11 +39,23 @@ class Worker {
   void Start();  // runs the loop on its own thread
   void Join();
 
-  // Thread-safe: runs `fn` on this worker's loop.
-  void Post(std::function<void()> fn);
-  // Thread-safe: stop accepting, finish what is in flight, then leave the loop. After
-  // `grace_ms` the loop is left regardless.
+  // Thread-safe: stop accepting (the listener closes), finish what is in flight, then leave the
+  // loop. At `grace_ms` upstream calls still running are cut (their exchanges store an
+  // indeterminate answer, R4); store operations get a little longer; then the loop is left.
   void Shutdown(int64_t grace_ms);
+
+  // ExchangeEnv (Post is thread-safe; the rest runs on the loop).
+  void Post(std::function<void()> fn) override;
+  std::unique_ptr<LoopTimer> NewTimer(std::function<void()> fn) override;
+  int64_t MonoUs() const override;
+  const Clock& clock() const override { return *gateway_->clock; }
+  Store& store() override { return *gateway_->store; }
+  void SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,
+                    UpstreamCallback done) override;
+  void RecordStoreOp(StoreOp op, int64_t micros) override;
+  bool WantsAccessEntry() const override { return gateway_->access_log != nullptr; }
+  void RecordExchange(const ExchangeSample& sample, const AccessEntry* entry) override;
+  void Finished(Exchange* exchange) override;
 
   // Used by connections and exchanges, on the loop.
   event_base* base() const { return base_.get(); }
@@ -50,12 +63,8 @@ class Worker {
   Gateway& gateway() { return *gateway_; }
   bool draining() const { return draining_; }
   Exchange* AddExchange(std::unique_ptr<Exchange> exchange);
-  void RemoveExchange(Exchange* exchange);  // freed on the next loop turn
-  void RemoveConn(ClientConn* conn);        // freed on the next loop turn
+  void RemoveConn(ClientConn* conn);  // freed on the next loop turn
   size_t connections() const { return conns_.size(); }
-  // This loop's metrics (nothing when metrics are off).
-  void RecordExchange(const ExchangeSample& sample);
-  void RecordStoreOp(StoreOp op, int64_t micros);
   // An error the connection answered itself, before any exchange existed (malformed request,
   // too large, client timeout): counted as rejected and written to the access log.
   void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out);
@@ -65,6 +74,8 @@ class Worker {
   void DrainMailbox();
   void Reap();
   void BeginDrain();
+  void CutAtGrace();
+  void HardStop();
   void MaybeExit();
 
   int index_;
@@ -73,6 +84,8 @@ class Worker {
   EventBasePtr base_;
   EventPtr mailbox_ev_;
   EventPtr reaper_;
+  Timer grace_timer_;
+  Timer hard_stop_timer_;
   ListenerPtr listener_;
   std::unique_ptr<UpstreamPool> upstream_;
   std::thread thread_;

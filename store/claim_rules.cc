@@ -22,44 +22,52 @@ int64_t RetryAfterSeconds(TimeMs lease_until_ms, TimeMs now) {
   return std::max<int64_t>(1, (left + 999) / 1000);
 }
 
+RecordVerdict JudgeRecord(const std::optional<Record>& existing, const Fingerprint& fingerprint,
+                          TimeMs now) {
+  RecordVerdict v;
+  if (!existing.has_value() || existing->ExpiredAt(now)) return v;  // kFresh
+  const Record& old = *existing;
+  if (old.fingerprint != fingerprint) {
+    v.outcome = ClaimOutcome::kMismatch;
+  } else if (old.state == RecordState::kCompleted) {
+    v.outcome = ClaimOutcome::kReplay;
+  } else if (now < old.lease_until_ms) {
+    v.outcome = ClaimOutcome::kInFlight;
+    v.retry_after_s = RetryAfterSeconds(old.lease_until_ms, now);
+  } else {
+    v.outcome = ClaimOutcome::kTakeover;
+  }
+  return v;
+}
+
 ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
                           std::string record_key, TimeMs now, uint64_t new_owner) {
   ClaimDecision d;
-  if (existing.has_value() && !existing->ExpiredAt(now)) {
-    const Record& old = *existing;
-    if (old.fingerprint != request.fingerprint) {
-      d.result.outcome = ClaimOutcome::kMismatch;
-      d.result.record = old;
+  RecordVerdict verdict = JudgeRecord(existing, request.fingerprint, now);
+  d.result.outcome = verdict.outcome;
+  switch (verdict.outcome) {
+    case ClaimOutcome::kReplay:
+    case ClaimOutcome::kMismatch:
+    case ClaimOutcome::kInFlight:
+      d.result.record = *existing;
+      d.result.retry_after_s = verdict.retry_after_s;
       return d;
-    }
-    if (old.state == RecordState::kCompleted) {
-      d.result.outcome = ClaimOutcome::kReplay;
-      d.result.record = old;
-      return d;
-    }
-    if (now < old.lease_until_ms) {
-      d.result.outcome = ClaimOutcome::kInFlight;
-      d.result.record = old;
-      d.result.retry_after_s = RetryAfterSeconds(old.lease_until_ms, now);
-      return d;
-    }
-    // In flight, lease expired: take over. Never let the record expire while in flight.
-    d.record = old;
-    d.record.attempt = old.attempt + 1;
-    d.record.owner = new_owner;
-    d.record.lease_until_ms = now + request.lease_ms;
-    d.record.expires_ms = std::max(old.expires_ms, now + request.ttl_ms);
-    d.result.outcome = ClaimOutcome::kTakeover;
-  } else {
-    d.record.state = RecordState::kInFlight;
-    d.record.attempt = 1;
-    d.record.owner = new_owner;
-    d.record.fingerprint = request.fingerprint;
-    d.record.created_ms = now;
-    d.record.expires_ms = now + request.ttl_ms;
-    d.record.lease_until_ms = now + request.lease_ms;
-    d.result.outcome = ClaimOutcome::kFresh;
+    case ClaimOutcome::kTakeover:
+      // Never let the record expire while in flight.
+      d.record = *existing;
+      d.record.attempt = existing->attempt + 1;
+      d.record.expires_ms = std::max(existing->expires_ms, now + request.ttl_ms);
+      break;
+    case ClaimOutcome::kFresh:
+      d.record.state = RecordState::kInFlight;
+      d.record.attempt = 1;
+      d.record.fingerprint = request.fingerprint;
+      d.record.created_ms = now;
+      d.record.expires_ms = now + request.ttl_ms;
+      break;
   }
+  d.record.owner = new_owner;
+  d.record.lease_until_ms = now + request.lease_ms;
   d.action = WriteAction::kPut;
   d.result.token.record_key = std::move(record_key);
   d.result.token.attempt = d.record.attempt;

@@ -17,6 +17,17 @@ enum class WriteAction {
   kDelete,  // delete the record
 };
 
+// SPEC §5 read against a stored record, for the outcomes that write nothing. Shared by the
+// writer's DecideClaim and the event loops' read-only fast path, so the table exists once.
+struct RecordVerdict {
+  // kFresh: no live record; kTakeover: in flight with an expired lease (both need the writer);
+  // kReplay, kInFlight (retry_after_s set), kMismatch: answered from the record as it is.
+  ClaimOutcome outcome = ClaimOutcome::kFresh;
+  int64_t retry_after_s = 0;
+};
+RecordVerdict JudgeRecord(const std::optional<Record>& existing, const Fingerprint& fingerprint,
+                          TimeMs now);
+
 struct ClaimDecision {
   ClaimResult result;
   WriteAction action = WriteAction::kNone;
