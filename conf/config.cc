@@ -163,11 +163,13 @@ void CheckFingerprintHeaders(const SectionReader& r, std::vector<std::string>* h
 
 SectionReader ParseIdempotency(const Context& ctx, Config::Idempotency* out) {
   SectionReader r = ctx.Section(
-      "idempotency", {"header", "methods", "ttl", "lease", "require_key", "fingerprint_headers"});
+      "idempotency",
+      {"header", "methods", "ttl", "lease", "require_key", "fingerprint_headers", "takeover"});
   ReadHeaderName(r, "header", &out->header);
   if (r.StringArray("methods", &out->methods)) CheckMethods(r, &out->methods);
   r.Duration("ttl", &out->ttl_ms);
   r.Duration("lease", &out->lease_ms);
+  r.Bool("takeover", &out->takeover);
   if (r.StringArray("require_key", &out->require_key)) CheckRequireKey(r, out->require_key);
   if (r.StringArray("fingerprint_headers", &out->fingerprint_headers)) {
     CheckFingerprintHeaders(r, &out->fingerprint_headers);

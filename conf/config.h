@@ -38,6 +38,7 @@ struct Config {
     int64_t lease_ms = 30'000;
     std::vector<std::string> require_key;          // path prefixes that must carry a key
     std::vector<std::string> fingerprint_headers;  // lower-cased
+    bool takeover = true;  // C5: false = an expired attempt is answered 502, never re-executed
   } idempotency;
 
   struct Scope {

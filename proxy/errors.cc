@@ -37,6 +37,9 @@ constexpr ErrorInfo kErrorTable[] = {
      "not have been executed."},
     {503, "Service Unavailable", "store_unavailable",
      "The idempotency store is unavailable, so the request was not forwarded; retry later."},
+    {503, "Service Unavailable", "not_forwarded",
+     "The gateway could not start the request before its claim on the key ran out (it was "
+     "paused or overloaded), so nothing was forwarded and the key is free; retry."},
     {504, "Gateway Timeout", "upstream_timeout",
      "The upstream service did not respond in time, so the request may or may not have been "
      "executed."},

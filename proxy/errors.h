@@ -21,6 +21,7 @@ enum class ErrorCode {
   kUpstreamUnavailable,    // 502 upstream_unavailable
   kUpstreamFailed,         // 502 upstream_failed
   kStoreUnavailable,       // 503 store_unavailable
+  kNotForwarded,           // 503 not_forwarded
   kUpstreamTimeout,        // 504 upstream_timeout
 };
 

@@ -55,6 +55,8 @@ const char* OutcomeName(Outcome outcome) {
       return "in_flight";
     case Outcome::kMismatch:
       return "mismatch";
+    case Outcome::kLostAttempt:
+      return "lost_attempt";
     case Outcome::kRejected:
       return "rejected";
   }
@@ -182,6 +184,7 @@ void Exchange::OnClaim(ClaimResult result) {
       // Answered already (a hard stop while the claim was pending): the client was told nothing
       // went upstream, so nothing may. Give the key back.
       if (answered_) return Release(ErrorCode::kStoreUnavailable);
+      if (outcome_ == Outcome::kTakeover && !config_->idempotency.takeover) return RefuseTakeover();
       // Past the lease a retry may take over: the upstream's answer and its completion must
       // land before that, with a margin for the completion's own synced write.
       int64_t left_ms = token_.lease_until_ms - env_->clock().NowMs() - LeaseMarginMs();
@@ -210,9 +213,11 @@ int64_t Exchange::LeaseMarginMs() const {
 void Exchange::Forward() {
   upstream_started_us_ = env_->MonoUs();
   const bool guarded = OwnsClaim();
-  // The claim itself took (nearly) the whole lease: too late to run the attempt safely.
+  // The claim itself took (nearly) the whole lease (a paused process, an overloaded loop): too
+  // late to run the attempt safely. Nothing went upstream; the key is given back.
   if (guarded && upstream_started_us_ >= complete_deadline_us_) {
-    return Release(ErrorCode::kStoreUnavailable);
+    error_detail_ = "the claim's lease ran out before the request could be forwarded";
+    return Release(ErrorCode::kNotForwarded);
   }
   SetPhase(Phase::kForwarding);
   UpstreamLimits limits;
@@ -254,6 +259,19 @@ void Exchange::OnUpstream(UpstreamResult result) {
   }
   if (guarded) return CompleteWith(std::move(response));
   Respond(response, false);
+}
+
+// C5: with takeover off, the attempt that lost its lease is never re-run. This claim now owns the
+// key and stores the indeterminate answer (R4) in its place, so every retry replays it; a crash
+// before that store leaves the record in flight, and the next claim lands here again.
+void Exchange::RefuseTakeover() {
+  outcome_ = Outcome::kLostAttempt;
+  error_ = ErrorCode::kUpstreamFailed;
+  error_detail_ = "an earlier attempt lost its lease; takeover is off";
+  CompleteWith(MakeErrorResponse(
+      ErrorCode::kUpstreamFailed,
+      "An earlier attempt of this request was interrupted and its outcome is unknown; it is not "
+      "executed again (idempotency.takeover = false)."));
 }
 
 void Exchange::CompleteWith(StoredResponse response) {

@@ -28,6 +28,7 @@ enum class Outcome {
   kReplay,       // the stored response, replayed
   kInFlight,     // 409: another attempt owns the key
   kMismatch,     // 422: the key was used for a different request
+  kLostAttempt,  // C5 (takeover = false): an earlier attempt was lost; answered a stored 502
   kRejected,     // the gateway answered an error before anything went upstream
 };
 const char* OutcomeName(Outcome outcome);
@@ -74,8 +75,12 @@ class Exchange {
   void Claim();
   void OnClaim(ClaimResult result);
   void Forward();
-  bool OwnsClaim() const { return outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover; }
+  bool OwnsClaim() const {
+    return outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover ||
+           outcome_ == Outcome::kLostAttempt;
+  }
   void OnUpstream(UpstreamResult result);
+  void RefuseTakeover();
   void CompleteWith(StoredResponse response);
   void SendComplete();
   void OnComplete(const StoreStatus& status);

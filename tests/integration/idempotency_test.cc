@@ -142,6 +142,31 @@ TEST_F(GatewayTest, TakeoverAfterCrashWhileInFlight) {
   EXPECT_EQ(Post("k-crash", "{}").Header("Idempotent-Replayed"), "true");
 }
 
+// C5: with takeover off, the attempt lost with the crash is never executed again: the retry
+// after the lease gets a stored 502 upstream_failed, and so does every retry after it.
+TEST_F(GatewayTest, TakeoverOffAnswersALostAttemptWith502AndNeverReexecutes) {
+  Set("upstream", "connect_timeout", "\"100ms\"");
+  Set("upstream", "response_timeout", "\"500ms\"");
+  Set("idempotency", "lease", "\"1s\"");
+  Set("idempotency", "takeover", "false");
+  upstream_.EnqueueBehavior(UpstreamBehavior::Act(UpstreamAction::kHang));
+  StartGateway();
+  std::thread doomed([&] { Post("k-lost", "{}"); });
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  RestartGateway();
+  doomed.join();
+  HttpResponse later;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  do {
+    later = Post("k-lost", "{}");
+  } while (later.status == 409 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(later.status, 502) << later.raw;
+  EXPECT_EQ(ErrorCodeOf(later), "upstream_failed");
+  EXPECT_NE(later.body.find("outcome is unknown"), std::string::npos);
+  EXPECT_EQ(Post("k-lost", "{}").Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 1);
+}
+
 TEST_F(GatewayTest, CompletedRecordSurvivesKill9) {
   StartGateway();
   HttpResponse first = Post("k-durable", R"({"amount":"7"})");

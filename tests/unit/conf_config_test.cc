@@ -95,6 +95,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "idempotency.lease",
                                          "idempotency.require_key",
                                          "idempotency.fingerprint_headers",
+                                         "idempotency.takeover",
                                          "scope.header",
                                          "scope.secret_file",
                                          "store.path",

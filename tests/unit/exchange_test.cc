@@ -291,7 +291,29 @@ TEST_F(ExchangeTest, ClaimThatTookTheWholeLeaseIsReleasedAndNotForwarded) {
   Settle();
   EXPECT_TRUE(env_.upstream.empty());
   EXPECT_EQ(Only(id).response.status, 503);
+  EXPECT_NE(Only(id).response.body.find("\"not_forwarded\""), std::string::npos);  // not the store
   EXPECT_TRUE(store_.records.empty());
+}
+
+TEST_F(ExchangeTest, TakeoverOffNeverReexecutesALostAttemptC5) {
+  auto config = std::make_shared<Config>(*config_);
+  config->idempotency.takeover = false;
+  config_ = config;
+  int a = Begin(Post("k1"));
+  Settle();
+  Get(a)->DetachClient();  // the attempt is lost (as after a crash)
+  clock_.Advance(31'000);
+  int b = Begin(Post("k1"));
+  Settle();
+  EXPECT_EQ(env_.upstream.size(), 1u);  // only the first attempt ever went upstream
+  EXPECT_EQ(Only(b).response.status, 502);
+  EXPECT_NE(Only(b).response.body.find("outcome is unknown"), std::string::npos);
+  int c = Begin(Post("k1"));
+  EXPECT_TRUE(Only(c).replayed);
+  EXPECT_EQ(Only(c).response, Only(b).response);
+  AnswerUpstream(0, Answer(201, "late"));  // the lost attempt's own result is refused (C3)
+  Settle();
+  EXPECT_EQ(Only(Begin(Post("k1"))).response.status, 502);
 }
 
 TEST_F(ExchangeTest, StoreFailureOnClaimIs503AndNothingGoesUpstreamR3b) {
