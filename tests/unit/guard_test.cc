@@ -244,6 +244,20 @@ TEST(Guard, FingerprintKnownVector) {
   EXPECT_EQ(FingerprintPrefix(fp).size(), 16u);
 }
 
+// Golden values computed by the gateway before fingerprint_headers counted occurrences (commit
+// f78abf9): a record stored then must keep matching its exact retry. Without
+// fingerprint_headers, and with a listed header sent once (or absent), nothing changed.
+TEST(Guard, FingerprintGoldenValuesUnchanged) {
+  Request r = Post({{"Authorization", "Bearer a"}, {"X-Account", "acct_1"}}, "{\"amount\":1000}");
+  r.target = "/v1/payment_intents?customer=cus_1";
+  Fingerprint plain = ComputeFingerprint(r, {});
+  EXPECT_EQ(Hex(plain.data(), 32),
+            "5d1060425f1fc23873af9bf602c34130cf0f8feb85752d505433bdb51b7cae7c");
+  Fingerprint listed = ComputeFingerprint(r, {"X-Account", "x-absent"});
+  EXPECT_EQ(Hex(listed.data(), 32),
+            "33d32456d8e1fca203dc6e6248e4e80f06e94461d4121efa2635c68e44bf9466");
+}
+
 TEST(Guard, FingerprintHeadersComeFromConfig) {
   Config config;
   config.idempotency.fingerprint_headers = {"x-account"};
