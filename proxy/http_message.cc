@@ -21,15 +21,15 @@ bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
 
 thread_local uint64_t connection_tokens_parsed = 0;
 
-// Orders lower-case tokens against a name of any case, byte by byte after lower-casing.
-bool TokenLess(std::string_view lower_token, std::string_view name) {
-  size_t n = lower_token.size() < name.size() ? lower_token.size() : name.size();
+// Orders names case-insensitively (ASCII), byte by byte after lower-casing.
+bool NameLess(std::string_view a, std::string_view b) {
+  size_t n = a.size() < b.size() ? a.size() : b.size();
   for (size_t i = 0; i < n; ++i) {
-    char a = lower_token[i];
-    char b = LowerAscii(name[i]);
-    if (a != b) return static_cast<unsigned char>(a) < static_cast<unsigned char>(b);
+    unsigned char x = static_cast<unsigned char>(LowerAscii(a[i]));
+    unsigned char y = static_cast<unsigned char>(LowerAscii(b[i]));
+    if (x != y) return x < y;
   }
-  return lower_token.size() < name.size();
+  return a.size() < b.size();
 }
 
 bool MethodCarriesBody(std::string_view method) {
@@ -54,22 +54,18 @@ ConnectionTokens::ConnectionTokens(const Headers& message_headers) {
       std::string_view token = TrimOws(rest.substr(0, comma));
       if (!token.empty()) {
         ++connection_tokens_parsed;
-        std::string& lower = tokens_.emplace_back(token);
-        for (char& c : lower) c = LowerAscii(c);
+        tokens_.push_back(token);
       }
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
   }
-  std::sort(tokens_.begin(), tokens_.end());
-  tokens_.erase(std::unique(tokens_.begin(), tokens_.end()), tokens_.end());
+  std::sort(tokens_.begin(), tokens_.end(), NameLess);
+  tokens_.erase(std::unique(tokens_.begin(), tokens_.end(), HeaderNameEquals), tokens_.end());
 }
 
 bool ConnectionTokens::Lists(std::string_view name) const {
-  auto it = std::lower_bound(tokens_.begin(), tokens_.end(), name,
-                             [](const std::string& token, std::string_view n) {
-                               return TokenLess(token, n);
-                             });
+  auto it = std::lower_bound(tokens_.begin(), tokens_.end(), name, NameLess);
   return it != tokens_.end() && HeaderNameEquals(*it, name);
 }
 
