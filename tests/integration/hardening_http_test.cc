@@ -109,8 +109,8 @@ TEST_F(GatewayTest, ConnectionListingAHeaderTheUpstreamNeedsIs400) {
   }
   EXPECT_EQ(upstream_.requests(), 0);
   // The key was not consumed: the same key without the Connection trick executes once.
-  EXPECT_EQ(Post("conn-1", "{}", "/v1/payment_intents", {{"X-Api-Key", "merchant-a"}}).status,
-            201);
+  HttpResponse plain = Post("conn-1", "{}", "/v1/payment_intents", {{"X-Api-Key", "merchant-a"}});
+  EXPECT_EQ(plain.status, 201);
   EXPECT_EQ(upstream_.requests(), 1);
   ASSERT_TRUE(upstream_.last_request().has_value());
   EXPECT_EQ(upstream_.last_request()->Header("Idempotency-Key"), "conn-1");

@@ -119,7 +119,8 @@ TEST(Guard, ConnectionListingAProtectedHeaderIs400) {
   config.scope.header = "X-Api-Key";
   for (const char* listed : {"host", "Idempotency-Key", "x-api-key"}) {
     for (const char* method : {"POST", "GET"}) {
-      Request r = Post({{"X-Api-Key", "k"}, {"Idempotency-Key", "order-1"},
+      Request r = Post({{"X-Api-Key", "k"},
+                        {"Idempotency-Key", "order-1"},
                         {"Connection", std::string("keep-alive, ") + listed}});
       r.method = method;
       GuardDecision d = EvaluateGuard(config, r);
@@ -129,7 +130,8 @@ TEST(Guard, ConnectionListingAProtectedHeaderIs400) {
     }
   }
   // Other names in Connection are fine; Authorization is no credential under this config.
-  Request r = Post({{"X-Api-Key", "k"}, {"Idempotency-Key", "order-1"},
+  Request r = Post({{"X-Api-Key", "k"},
+                    {"Idempotency-Key", "order-1"},
                     {"Connection", "keep-alive, X-Trace, Authorization"}});
   EXPECT_EQ(EvaluateGuard(config, r).kind, GuardKind::kGuarded);
 }
@@ -368,8 +370,8 @@ TEST(Guard, FingerprintHeaderOccurrencesAreDistinct) {
   std::string forged(8, '\xff');
   forged.append(7, '\0');
   forged.push_back('\2');
-  EXPECT_NE(two_lines, fp({{"X-Account", forged + std::string(7, '\0') + "\1a" +
-                                              std::string(7, '\0') + "\1b"}}));
+  std::string one = std::string(7, '\0') + "\1";
+  EXPECT_NE(two_lines, fp({{"X-Account", forged + one + "a" + one + "b"}}));
 }
 
 TEST(Guard, FingerprintHeadersComeFromConfig) {
