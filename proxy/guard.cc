@@ -6,6 +6,7 @@
 #include <openssl/params.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace idemgate {
 namespace {
@@ -77,28 +78,136 @@ void HmacSha256(std::string_view secret, std::string_view input, uint8_t* out) {
   EVP_MAC_CTX_free(ctx);
 }
 
-void AppendLengthPrefixed(EVP_MD_CTX* ctx, std::string_view part) {
-  uint8_t len[8];
-  uint64_t n = part.size();
+void AppendU64(EVP_MD_CTX* ctx, uint64_t n) {
+  uint8_t bytes[8];
   for (int i = 7; i >= 0; --i) {
-    len[i] = static_cast<uint8_t>(n & 0xFF);
+    bytes[i] = static_cast<uint8_t>(n & 0xFF);
     n >>= 8;
   }
-  EVP_DigestUpdate(ctx, len, sizeof(len));
+  EVP_DigestUpdate(ctx, bytes, sizeof(bytes));
+}
+
+void AppendLengthPrefixed(EVP_MD_CTX* ctx, std::string_view part) {
+  AppendU64(ctx, part.size());
   EVP_DigestUpdate(ctx, part.data(), part.size());
 }
 
-// Every occurrence of `name`, joined with ", "; empty when absent.
-std::string JoinedHeader(const Headers& headers, std::string_view name) {
-  std::string out;
-  bool first = true;
+// Stands where a value's length would: no value is 2^64 - 1 bytes long.
+constexpr uint64_t kOccurrencesFollow = UINT64_MAX;
+
+// F1 for one fingerprint_headers entry: its lower-case name, then
+//   absent:                          the empty value (length 0), as before issue 10 #13;
+//   once, non-empty:                 that value, as before;
+//   once empty, or more than once:   kOccurrencesFollow, the count, then each value in order.
+// So `a` + `b` differs from `a, b` and empty differs from absent, while every fingerprint the
+// earlier encoding could not confuse is unchanged: records already stored keep matching.
+void AppendFingerprintHeader(EVP_MD_CTX* ctx, const Headers& headers, std::string_view name) {
+  AppendLengthPrefixed(ctx, Lower(name));
+  std::vector<std::string_view> values;
   for (const Header& h : headers) {
-    if (!HeaderNameEquals(h.name, name)) continue;
-    if (!first) out.append(", ");
-    out.append(h.value);
-    first = false;
+    if (HeaderNameEquals(h.name, name)) values.push_back(h.value);
+  }
+  if (values.empty() || (values.size() == 1 && !values[0].empty())) {
+    AppendLengthPrefixed(ctx, values.empty() ? std::string_view() : values[0]);
+    return;
+  }
+  AppendU64(ctx, kOccurrencesFollow);
+  AppendU64(ctx, values.size());
+  for (std::string_view value : values) AppendLengthPrefixed(ctx, value);
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool IsUnreserved(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
+}
+
+// The path of a request-target: an absolute-form target ("http://host/p?q") loses its scheme
+// and authority, every form loses its query.
+std::string_view TargetPath(std::string_view target) {
+  if (target.empty() || target.front() != '/') {
+    size_t sep = target.find("://");
+    if (sep != std::string_view::npos && sep > 0 &&
+        target.find_first_of("/?#") > sep) {  // a scheme, not a path that contains "://"
+      target.remove_prefix(sep + 3);
+      size_t path = target.find_first_of("/?#");
+      target.remove_prefix(path == std::string_view::npos ? target.size() : path);
+    }
+  }
+  return target.substr(0, target.find('?'));
+}
+
+// Percent-decodes `path`: every escape when `decode_all`, else only unreserved characters
+// (RFC 3986 6.2.2.2); the escapes kept stay as they are (the case fold comes later).
+std::string PercentDecode(std::string_view path, bool decode_all) {
+  std::string out;
+  out.reserve(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    int hi = (path[i] == '%' && i + 2 < path.size()) ? HexValue(path[i + 1]) : -1;
+    int lo = hi >= 0 ? HexValue(path[i + 2]) : -1;
+    if (lo < 0) {
+      out.push_back(path[i]);
+      continue;
+    }
+    char c = static_cast<char>(hi * 16 + lo);
+    if (decode_all || IsUnreserved(c)) {
+      out.push_back(c);
+    } else {
+      out.append(path.substr(i, 3));
+    }
+    i += 2;
   }
   return out;
+}
+
+// Resolves "." and ".." segments and drops empty ones ("//"); keeps a trailing slash.
+std::string ResolveSegments(std::string_view path) {
+  std::vector<std::string_view> kept;
+  bool trailing_slash = false;
+  for (size_t start = 0;;) {
+    size_t slash = path.find('/', start);
+    size_t end = slash == std::string_view::npos ? path.size() : slash;
+    std::string_view segment = path.substr(start, end - start);
+    if (segment == "..") {
+      if (!kept.empty()) kept.pop_back();
+    } else if (!segment.empty() && segment != ".") {
+      kept.push_back(segment);
+    }
+    if (slash == std::string_view::npos) {
+      trailing_slash = segment.empty() || segment == "." || segment == "..";
+      break;
+    }
+    start = slash + 1;
+  }
+  std::string out = "/";
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (i > 0) out.push_back('/');
+    out.append(kept[i]);
+  }
+  if (trailing_slash && !kept.empty()) out.push_back('/');
+  return out;
+}
+
+bool MatchesRequireKey(const Config& config, std::string_view target) {
+  if (config.idempotency.require_key.empty()) return false;
+  // However the upstream reads the path (as sent, or decoded and resolved), a key is required
+  // when that reading falls under a prefix.
+  const std::string paths[] = {Lower(TargetPath(target)),
+                               NormalizeRequestPath(target, /*decode_all=*/false),
+                               NormalizeRequestPath(target, /*decode_all=*/true)};
+  for (const std::string& raw_prefix : config.idempotency.require_key) {
+    std::string prefix = NormalizeRequestPath(raw_prefix, false);
+    for (const std::string& path : paths) {
+      if (path.compare(0, prefix.size(), prefix) == 0) return true;
+    }
+  }
+  return false;
 }
 
 bool IsGuardedRoute(const Config& config, const Request& request) {
@@ -108,11 +217,7 @@ bool IsGuardedRoute(const Config& config, const Request& request) {
   }
   if (!method_listed) return false;
   if (CountHeader(request.headers, config.idempotency.header) > 0) return true;
-  std::string_view path = request.Path();
-  for (const std::string& prefix : config.idempotency.require_key) {
-    if (path.substr(0, prefix.size()) == prefix) return true;
-  }
-  return false;
+  return MatchesRequireKey(config, request.target);
 }
 
 GuardDecision Reject(ErrorCode code, std::string detail) {
@@ -123,7 +228,29 @@ GuardDecision Reject(ErrorCode code, std::string detail) {
   return d;
 }
 
+// The key header, the credential header and Host reach the upstream as the client sent them
+// (G3, S2): a client that lists one in Connection would have the gateway strip it.
+bool ListsProtectedHeader(const Config& config, const Request& request, GuardDecision* reject) {
+  const ConnectionTokens listed(request.headers);
+  if (listed.empty()) return false;
+  for (const std::string& name :
+       {std::string("Host"), config.idempotency.header, config.scope.header}) {
+    if (!listed.Lists(name)) continue;
+    *reject = Reject(ErrorCode::kBadRequest,
+                     "The Connection header lists " + name +
+                         ", which the gateway forwards upstream unchanged; remove it from "
+                         "Connection.");
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::string NormalizeRequestPath(std::string_view target, bool decode_all) {
+  std::string path = ResolveSegments(PercentDecode(TargetPath(target), decode_all));
+  return Lower(path);
+}
 
 bool ParseIdempotencyKey(std::string_view raw, std::string* key) {
   std::string_view value = TrimOws(raw);
@@ -177,8 +304,7 @@ Fingerprint ComputeFingerprint(const Request& request,
   AppendLengthPrefixed(ctx, request.target);
   AppendLengthPrefixed(ctx, request.body);
   for (const std::string& name : fingerprint_headers) {
-    AppendLengthPrefixed(ctx, Lower(name));
-    AppendLengthPrefixed(ctx, JoinedHeader(request.headers, name));
+    AppendFingerprintHeader(ctx, request.headers, name);
   }
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, out.data(), &len);
@@ -197,6 +323,8 @@ std::string FingerprintPrefix(const Fingerprint& fingerprint) {
 }
 
 GuardDecision EvaluateGuard(const Config& config, const Request& request) {
+  GuardDecision rejected;
+  if (ListsProtectedHeader(config, request, &rejected)) return rejected;
   if (!IsGuardedRoute(config, request)) return GuardDecision{};
   const std::string& scope_header = config.scope.header;
   const std::string& key_header = config.idempotency.header;

@@ -29,6 +29,14 @@ struct GuardDecision {
 // G1-G2, S2-S4, K1-K2, F1-F3, in the SPEC's order. The request is complete (body decoded).
 GuardDecision EvaluateGuard(const Config& config, const Request& request);
 
+// The path `idempotency.require_key` prefixes are matched against (a prefix goes through it
+// too): the absolute form reduced to its path, the query dropped, percent-escapes of unreserved
+// characters decoded (every escape when `decode_all`), "." and ".." segments resolved, repeated
+// slashes merged, ASCII lower-cased. A request matches when this path under either decoding, or
+// its path as sent (lower-cased, nothing resolved), starts with a prefix: requiring a key too
+// often is safe, too rarely is not. The target forwarded and fingerprinted stays as sent.
+std::string NormalizeRequestPath(std::string_view target, bool decode_all);
+
 // K1-K2: the key's value after sf-string unquoting, or nullopt-like empty + false when invalid.
 bool ParseIdempotencyKey(std::string_view raw, std::string* key);
 

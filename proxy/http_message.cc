@@ -1,6 +1,7 @@
 // Request/Response helpers: header lookup, hop-by-hop rules, and the bytes sent up and down.
 #include "proxy/http_message.h"
 
+#include <algorithm>
 
 namespace idemgate {
 
@@ -18,21 +19,17 @@ bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
   return text.size() >= prefix.size() && HeaderNameEquals(text.substr(0, prefix.size()), prefix);
 }
 
+thread_local uint64_t connection_tokens_parsed = 0;
 
-// True when `name` is one of the comma-separated tokens of any Connection header.
-bool ListedInConnection(std::string_view name, const Headers& headers) {
-  for (const Header& h : headers) {
-    if (!HeaderNameEquals(h.name, "Connection")) continue;
-    std::string_view rest = h.value;
-    while (!rest.empty()) {
-      size_t comma = rest.find(',');
-      std::string_view token = TrimOws(rest.substr(0, comma));
-      if (!token.empty() && HeaderNameEquals(token, name)) return true;
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
+// Orders names case-insensitively (ASCII), byte by byte after lower-casing.
+bool NameLess(std::string_view a, std::string_view b) {
+  size_t n = a.size() < b.size() ? a.size() : b.size();
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = static_cast<unsigned char>(LowerAscii(a[i]));
+    unsigned char y = static_cast<unsigned char>(LowerAscii(b[i]));
+    if (x != y) return x < y;
   }
-  return false;
+  return a.size() < b.size();
 }
 
 bool MethodCarriesBody(std::string_view method) {
@@ -47,6 +44,32 @@ void AppendHeader(std::string* out, std::string_view name, std::string_view valu
 }
 
 }  // namespace
+
+ConnectionTokens::ConnectionTokens(const Headers& message_headers) {
+  for (const Header& h : message_headers) {
+    if (!HeaderNameEquals(h.name, "Connection")) continue;
+    std::string_view rest = h.value;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view token = TrimOws(rest.substr(0, comma));
+      if (!token.empty()) {
+        ++connection_tokens_parsed;
+        tokens_.push_back(token);
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  std::sort(tokens_.begin(), tokens_.end(), NameLess);
+  tokens_.erase(std::unique(tokens_.begin(), tokens_.end(), HeaderNameEquals), tokens_.end());
+}
+
+bool ConnectionTokens::Lists(std::string_view name) const {
+  auto it = std::lower_bound(tokens_.begin(), tokens_.end(), name, NameLess);
+  return it != tokens_.end() && HeaderNameEquals(*it, name);
+}
+
+uint64_t ConnectionTokensParsedForTest() { return connection_tokens_parsed; }
 
 bool HeaderNameEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -120,14 +143,18 @@ std::string_view StandardReasonPhrase(int status) {
   }
 }
 
-bool IsHopByHop(std::string_view name, const Headers& message_headers) {
+bool IsHopByHop(std::string_view name, const ConnectionTokens& listed) {
   static constexpr std::string_view kFixed[] = {"Connection", "Keep-Alive", "Transfer-Encoding",
                                                 "TE",         "Trailer",    "Upgrade"};
   for (std::string_view fixed : kFixed) {
     if (HeaderNameEquals(name, fixed)) return true;
   }
   if (StartsWithNoCase(name, "Proxy-")) return true;
-  return ListedInConnection(name, message_headers);
+  return listed.Lists(name);
+}
+
+bool IsHopByHop(std::string_view name, const Headers& message_headers) {
+  return IsHopByHop(name, ConnectionTokens(message_headers));
 }
 
 std::string_view Request::Path() const {
@@ -142,8 +169,9 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
   out.reserve(256 + request.body.size());
   out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\n");
   std::string forwarded_for;
+  const ConnectionTokens listed(request.headers);
   for (const Header& h : request.headers) {
-    if (IsHopByHop(h.name, request.headers)) continue;
+    if (IsHopByHop(h.name, listed)) continue;
     if (HeaderNameEquals(h.name, "Content-Length")) continue;
     // The gateway already answered (or skipped) the 100-continue handshake; the body is whole.
     if (HeaderNameEquals(h.name, "Expect")) continue;
@@ -172,8 +200,9 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
   StoredResponse stored;
   stored.status = response.status;
   stored.reason = response.reason;
+  const ConnectionTokens listed(response.headers);
   for (const Header& h : response.headers) {
-    if (IsHopByHop(h.name, response.headers)) continue;
+    if (IsHopByHop(h.name, listed)) continue;
     if (HeaderNameEquals(h.name, "Content-Length") && !head_request) continue;
     // The gateway's own header (R2: a first answer never carries it), even from a backend that
     // deduplicates too.

@@ -20,8 +20,8 @@ ErrorCode ErrorCodeFor(ParseError error) {
 }
 namespace {
 
-// A request's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand the
-// upstream a still-encoded body once the (hop-by-hop) header is dropped.
+// A message's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand on a body
+// still coded once the (hop-by-hop) header is dropped, and "gzip" alone is not even framed.
 bool TransferEncodingIsPlainChunked(const Headers& headers) {
   int tokens = 0;
   bool chunked = false;
@@ -340,6 +340,14 @@ int Engine::OnResponseHeadersComplete() {
     return 0;
   }
   if (head_request) return 1;  // a response to HEAD has no body, whatever it announces
+  // A body with a transfer-coding the gateway does not decode would be stored and relayed still
+  // coded, framed by Content-Length, with nothing saying how to read it (llhttp frames even a
+  // 204 or 304 by its Transfer-Encoding; only a HEAD's answer, above, has no body for sure).
+  if ((parser.flags & F_TRANSFER_ENCODING) && !TransferEncodingIsPlainChunked(headers)) {
+    return Fail(ParseError::kMalformed,
+                "The upstream's Transfer-Encoding is not exactly \"chunked\"; the gateway does "
+                "not decode other transfer-codings.");
+  }
   if ((parser.flags & F_CONTENT_LENGTH) && parser.content_length > max_body) {
     return Fail(ParseError::kBodyTooLarge,
                 "The upstream's Content-Length " + std::to_string(parser.content_length) +

@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 
 #include <string>
+#include <vector>
 
 namespace idemgate {
 namespace {
@@ -44,6 +45,95 @@ TEST(Guard, RequireKeyPathWithoutKeyIsMissing) {
   Request other = Post({{"Authorization", "Bearer a"}});
   other.target = "/v2/refunds?x=/v1/payment";
   EXPECT_EQ(EvaluateGuard(config, other).kind, GuardKind::kPassthrough);
+}
+
+TEST(Guard, NormalizeRequestPath) {
+  struct Case {
+    const char* target;
+    const char* unreserved;  // decode_all = false
+    const char* all;         // decode_all = true
+  };
+  for (const Case& c : std::vector<Case>{
+           {"/v1/pay?x=/v2", "/v1/pay", "/v1/pay"},
+           {"http://api.example/v1/pay", "/v1/pay", "/v1/pay"},
+           {"HTTPS://user@api.example:8443//V1/Pay?q", "/v1/pay", "/v1/pay"},
+           {"http://api.example", "/", "/"},
+           {"http://api.example?x", "/", "/"},
+           {"//v1/pay", "/v1/pay", "/v1/pay"},
+           {"/V1/PAY/", "/v1/pay/", "/v1/pay/"},
+           {"/./v1/x/../pay", "/v1/pay", "/v1/pay"},
+           {"/../../v1/pay", "/v1/pay", "/v1/pay"},
+           {"/v1/pay/..", "/v1/", "/v1/"},
+           {"/v1/%70%41y", "/v1/pay", "/v1/pay"},
+           {"/v1%2Fpay", "/v1%2fpay", "/v1/pay"},
+           {"/v1/x/%2e%2e/pay", "/v1/pay", "/v1/pay"},
+           {"/v1/pay%2F..%2Fother", "/v1/pay%2f..%2fother", "/v1/other"},
+           {"/v1/100%", "/v1/100%", "/v1/100%"},
+           {"/a/http://b/v1/pay", "/a/http:/b/v1/pay", "/a/http:/b/v1/pay"},
+           {"*", "/*", "/*"},
+           {"", "/", "/"},
+       }) {
+    EXPECT_EQ(NormalizeRequestPath(c.target, false), c.unreserved) << c.target;
+    EXPECT_EQ(NormalizeRequestPath(c.target, true), c.all) << c.target;
+  }
+}
+
+// Issue 10 #14: require_key was matched on the target as sent, so the absolute form, a doubled
+// slash or another case went through without a key. The target itself is forwarded and
+// fingerprinted exactly as sent.
+TEST(Guard, RequireKeyMatchesTheNormalizedPath) {
+  Config config;
+  config.idempotency.require_key = {"/v1/pay"};
+  for (const char* target :
+       {"/v1/pay", "http://x/v1/pay", "HTTP://X//v1/pay?a=b", "//v1/pay", "/V1/pay", "/v1/PAYments",
+        "/v1//pay", "/./v1/pay", "/v2/../v1/pay", "/v1/%70ay", "/v1%2Fpay", "/v1/pay%2F..%2Fx",
+        "/v1/pay/../refunds"}) {  // the last one as sent: an upstream may not resolve ".."
+    Request r = Post({{"Authorization", "Bearer a"}});
+    r.target = target;
+    GuardDecision d = EvaluateGuard(config, r);
+    EXPECT_EQ(d.kind, GuardKind::kReject) << target;
+    EXPECT_EQ(d.error, ErrorCode::kIdempotencyKeyMissing) << target;
+  }
+  for (const char* target : {"/v1/refunds", "/v1/pa", "/x/v1/pay", "/v1/p%61", "/v1/pa%2579",
+                             "http://x/v2/refunds?p=/v1/pay"}) {
+    Request r = Post({{"Authorization", "Bearer a"}});
+    r.target = target;
+    EXPECT_EQ(EvaluateGuard(config, r).kind, GuardKind::kPassthrough) << target;
+  }
+  // A prefix written in another case or with a trailing slash is normalized the same way.
+  config.idempotency.require_key = {"/V1/Pay/"};
+  Request r = Post(Auth("k1"));
+  r.target = "http://x//v1/pay/intent";
+  GuardDecision d = EvaluateGuard(config, r);
+  ASSERT_EQ(d.kind, GuardKind::kGuarded);
+  EXPECT_EQ(d.fingerprint, ComputeFingerprint(r, {}));  // the target as sent
+  Request other = r;
+  other.target = "/v1/pay/intent";
+  EXPECT_NE(EvaluateGuard(config, other).fingerprint, d.fingerprint);
+}
+
+// Issue 10 #15: a client listing Host, the key header or the credential header in Connection
+// would have the gateway strip it from what goes upstream (G3). Refused, guarded or not.
+TEST(Guard, ConnectionListingAProtectedHeaderIs400) {
+  Config config;
+  config.scope.header = "X-Api-Key";
+  for (const char* listed : {"host", "Idempotency-Key", "x-api-key"}) {
+    for (const char* method : {"POST", "GET"}) {
+      Request r = Post({{"X-Api-Key", "k"},
+                        {"Idempotency-Key", "order-1"},
+                        {"Connection", std::string("keep-alive, ") + listed}});
+      r.method = method;
+      GuardDecision d = EvaluateGuard(config, r);
+      EXPECT_EQ(d.kind, GuardKind::kReject) << listed << " " << method;
+      EXPECT_EQ(d.error, ErrorCode::kBadRequest) << listed;
+      EXPECT_NE(d.detail.find("Connection"), std::string::npos) << d.detail;
+    }
+  }
+  // Other names in Connection are fine; Authorization is no credential under this config.
+  Request r = Post({{"X-Api-Key", "k"},
+                    {"Idempotency-Key", "order-1"},
+                    {"Connection", "keep-alive, X-Trace, Authorization"}});
+  EXPECT_EQ(EvaluateGuard(config, r).kind, GuardKind::kGuarded);
 }
 
 TEST(Guard, GuardedRequestCarriesScopeKeyAndFingerprint) {
@@ -231,9 +321,13 @@ TEST(Guard, FingerprintKnownVector) {
   PutPart(&encoded, "POST");
   PutPart(&encoded, "/v1/payment_intents");
   PutPart(&encoded, "{\"amount\":\"100000000\"}");
-  PutPart(&encoded, "x-account");
-  PutPart(&encoded, "a1, a2");
-  PutPart(&encoded, "x-absent");
+  PutPart(&encoded, "x-account");  // twice: the marker, the count, then each value
+  encoded.append(8, '\xff');
+  encoded.append(7, '\0');
+  encoded.push_back('\2');
+  PutPart(&encoded, "a1");
+  PutPart(&encoded, "a2");
+  PutPart(&encoded, "x-absent");  // absent: the empty value
   PutPart(&encoded, "");
   unsigned char sha[32];
   unsigned int len = 0;
@@ -242,6 +336,42 @@ TEST(Guard, FingerprintKnownVector) {
   EXPECT_EQ(Hex(fp.data(), 32), Hex(sha, 32));
   EXPECT_EQ(FingerprintPrefix(fp), Hex(sha, 8));
   EXPECT_EQ(FingerprintPrefix(fp).size(), 16u);
+}
+
+// Golden values computed by the gateway before fingerprint_headers counted occurrences (commit
+// f78abf9): a record stored then must keep matching its exact retry. Without
+// fingerprint_headers, and with a listed header sent once (or absent), nothing changed.
+TEST(Guard, FingerprintGoldenValuesUnchanged) {
+  Request r = Post({{"Authorization", "Bearer a"}, {"X-Account", "acct_1"}}, "{\"amount\":1000}");
+  r.target = "/v1/payment_intents?customer=cus_1";
+  Fingerprint plain = ComputeFingerprint(r, {});
+  EXPECT_EQ(Hex(plain.data(), 32),
+            "5d1060425f1fc23873af9bf602c34130cf0f8feb85752d505433bdb51b7cae7c");
+  Fingerprint listed = ComputeFingerprint(r, {"X-Account", "x-absent"});
+  EXPECT_EQ(Hex(listed.data(), 32),
+            "33d32456d8e1fca203dc6e6248e4e80f06e94461d4121efa2635c68e44bf9466");
+}
+
+// Issue 10 #13: each occurrence of a fingerprint header counts, and absent differs from empty.
+TEST(Guard, FingerprintHeaderOccurrencesAreDistinct) {
+  const std::vector<std::string> listed = {"x-account"};
+  auto fp = [&](Headers h) { return ComputeFingerprint(Post(std::move(h)), listed); };
+  Fingerprint two_lines = fp({{"X-Account", "a"}, {"X-Account", "b"}});
+  EXPECT_NE(two_lines, fp({{"X-Account", "a, b"}}));
+  EXPECT_NE(two_lines, fp({{"X-Account", "b"}, {"X-Account", "a"}}));  // order counts
+  EXPECT_NE(two_lines, fp({{"X-Account", "a"}}));
+  EXPECT_EQ(two_lines, fp({{"x-account", "a"}, {"X-Other", "z"}, {"X-ACCOUNT", "b"}}));
+  Fingerprint absent = fp({});
+  Fingerprint empty = fp({{"X-Account", ""}});
+  EXPECT_NE(absent, empty);
+  EXPECT_NE(empty, fp({{"X-Account", ""}, {"X-Account", ""}}));
+  EXPECT_NE(absent, fp({{"X-Account", ""}, {"X-Account", ""}}));
+  // A value that spells the marker's bytes cannot stand for two occurrences.
+  std::string forged(8, '\xff');
+  forged.append(7, '\0');
+  forged.push_back('\2');
+  std::string one = std::string(7, '\0') + "\1";
+  EXPECT_NE(two_lines, fp({{"X-Account", forged + one + "a" + one + "b"}}));
 }
 
 TEST(Guard, FingerprintHeadersComeFromConfig) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "proxy/http_parser.h"
 
@@ -47,6 +48,47 @@ TEST(ResponseParser, Chunked) {
   ASSERT_TRUE(r.complete);
   EXPECT_EQ(r.response.body, "wikipedia");
   EXPECT_TRUE(r.response.keep_alive);
+}
+
+// Issue 10 #12: a transfer-coding other than chunked was stored and relayed still coded, with a
+// plain Content-Length and no Content-Encoding. It is a malformed upstream response (R4).
+TEST(ResponseParser, TransferCodingOtherThanChunkedIsMalformed) {
+  const std::string gzip_chunked = "4\r\n\x1f\x8b\x08\x00\r\n0\r\n\r\n";
+  struct Case {
+    std::string head;
+    std::string body;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"Transfer-Encoding: gzip, chunked\r\n", gzip_chunked},
+           {"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", gzip_chunked},
+           {"Transfer-Encoding: chunked, chunked\r\n", gzip_chunked},
+           {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", gzip_chunked},
+           {"Transfer-Encoding: gzip\r\n", "\x1f\x8b\x08\x00"},
+           {"Transfer-Encoding: chunked, gzip\r\n", "\x1f\x8b\x08\x00"},
+           {"Transfer-Encoding: identity\r\n", "abc"},
+       }) {
+    Result r = Parse("HTTP/1.1 200 OK\r\n" + c.head + "\r\n" + c.body, false, /*eof=*/true);
+    EXPECT_FALSE(r.complete) << c.head;
+    EXPECT_EQ(r.error, ParseError::kMalformed) << c.head;
+  }
+  ResponseParser parser(1024);
+  parser.Begin(false);
+  std::string raw = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+  parser.Feed(raw.data(), raw.size());
+  EXPECT_NE(parser.error_detail().find("Transfer-Encoding"), std::string::npos);
+  // Exactly chunked, in any case and with spaces, is decoded as before.
+  Result plain = Parse("HTTP/1.1 200 OK\r\nTransfer-Encoding:  Chunked \r\n\r\n" +
+                       std::string("2\r\nok\r\n0\r\n\r\n"));
+  ASSERT_TRUE(plain.complete);
+  EXPECT_EQ(plain.response.body, "ok");
+}
+
+// No body follows a response to HEAD: its Transfer-Encoding only describes the body a GET would
+// have had (RFC 9112 6.1), so it is harmless.
+TEST(ResponseParser, TransferCodingOfAHeadAnswerIsAccepted) {
+  Result head = Parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", true);
+  EXPECT_TRUE(head.complete);
+  EXPECT_EQ(head.error, ParseError::kNone);
 }
 
 TEST(ResponseParser, CloseDelimitedCompletesOnEof) {
