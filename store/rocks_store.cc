@@ -128,6 +128,8 @@ class RocksStore final : public Store {
   LookupResult Lookup(const ScopeId& scope, std::string_view key, bool memory_only) override;
   void Delete(const ScopeId& scope, std::string key, StatusCallback done) override;
   uint64_t ApproximateRecords() override;
+  StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) override;
+  StoreStatus PutMeta(std::string_view name, std::string_view value) override;
   void Close() override;
 
   rocksdb::DB* db() { return db_.get(); }
@@ -244,6 +246,50 @@ uint64_t RocksStore::ApproximateRecords() {
   uint64_t n = 0;
   if (db_) db_->GetIntProperty("rocksdb.estimate-num-keys", &n);
   return n;
+}
+
+namespace {
+
+// Meta values live in the records' key space under keys no record key can equal: a record key is
+// a 32-byte scope id plus a non-empty key (MakeRecordKey), a meta key is shorter than 32 bytes.
+// The value starts with a tag whose first byte is not kRecordFormatVersion, so the TTL
+// compaction filter (which drops only what decodes as an expired record) always keeps it.
+constexpr char kMetaKeyPrefix[] = "\0idemgate-meta:";  // 15 bytes + name (<= 16) < 32
+constexpr char kMetaValueTag[] = "idemgate-meta\n";
+static_assert(sizeof(kMetaKeyPrefix) - 1 + Store::kMaxMetaName < 32);
+static_assert(kMetaValueTag[0] != static_cast<char>(kRecordFormatVersion));
+
+std::optional<std::string> MetaKey(std::string_view name) {
+  if (name.empty() || name.size() > Store::kMaxMetaName) return std::nullopt;
+  return std::string(kMetaKeyPrefix, sizeof(kMetaKeyPrefix) - 1) + std::string(name);
+}
+
+}  // namespace
+
+StoreStatus RocksStore::GetMeta(std::string_view name, std::optional<std::string>* value) {
+  std::optional<std::string> key = MetaKey(name);
+  if (!key) return {StoreCode::kIoError, "bad meta name"};
+  std::shared_lock lock(db_mu_);
+  if (!db_) return {StoreCode::kShutdown, "store is closed"};
+  std::string raw;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), *key, &raw);
+  value->reset();
+  if (s.IsNotFound()) return {};
+  if (!s.ok()) return MapStatus(s);
+  const std::string_view tag(kMetaValueTag);
+  if (raw.compare(0, tag.size(), tag) != 0) return {StoreCode::kCorruption, "bad meta value"};
+  *value = raw.substr(tag.size());
+  return {};
+}
+
+StoreStatus RocksStore::PutMeta(std::string_view name, std::string_view value) {
+  std::optional<std::string> key = MetaKey(name);
+  if (!key) return {StoreCode::kIoError, "bad meta name"};
+  std::shared_lock lock(db_mu_);
+  if (!db_) return {StoreCode::kShutdown, "store is closed"};
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  return MapStatus(db_->Put(sync, *key, std::string(kMetaValueTag) + std::string(value)));
 }
 
 void RocksStore::Close() {

@@ -102,9 +102,8 @@ TEST_F(RecordApiTest, Base64CredentialFindsItsRecordThroughTheHeaderOnly) {
 
   HeaderList token_only = {{"Authorization", std::string("Bearer ") + kToken}};
   for (const char* method : {"GET", "DELETE"}) {
-    for (const std::string query :
-         {"key=r-b64&credential=Basic%20YWxp+ZTpz/ZWNy==",
-          "key=r-b64&credential=Basic%20YWxp%2BZTpz%2FZWNy%3D%3D"}) {
+    for (const std::string query : {"key=r-b64&credential=Basic%20YWxp+ZTpz/ZWNy==",
+                                    "key=r-b64&credential=Basic%20YWxp%2BZTpz%2FZWNy%3D%3D"}) {
       HttpResponse r = Records(method, query, token_only);
       EXPECT_EQ(r.status, 400) << method << " " << query << " " << r.raw;
       EXPECT_NE(r.body.find("\"error\":\"bad_request\""), std::string::npos) << r.body;

@@ -86,8 +86,8 @@ TEST(ConfigErrors, DurationsAndSizesHaveSaneMaximums) {
   ExpectRefused("[server]\nshutdown_grace = \"2h\"\n", 2, "server.shutdown_grace", "at most 1h");
   ExpectRefused("[limits]\nmax_request_body = \"2GiB\"\n", 2, "limits.max_request_body",
                 "must be at most 1GiB, got \"2GiB\"");
-  ExpectRefused("[limits]\nmax_request_body = 9223372036854775807\n", 2,
-                "limits.max_request_body", "at most 1GiB");
+  ExpectRefused("[limits]\nmax_request_body = 9223372036854775807\n", 2, "limits.max_request_body",
+                "at most 1GiB");
   ExpectRefused("[limits]\nmax_header_bytes = \"1025KiB\"\n", 2, "limits.max_header_bytes",
                 "at most 1MiB");
   ConfigResult at_bounds = ParseConfig(R"(
