@@ -148,6 +148,26 @@ void LogDelete(evhttp_request* req, const ScopeId& scope, const std::string& key
           force ? "true" : "false", outcome);
 }
 
+// 409 for a non-forced delete of an in-flight record, saying what forcing would risk.
+void RefuseInFlight(evhttp_request* req, const Record& record, TimeMs now) {
+  if (now < record.lease_until_ms) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After",
+                      std::to_string(RetryAfterSeconds(record.lease_until_ms, now)).c_str());
+    return ReplyError(
+        req, 409, "Conflict", "record_in_flight",
+        "An attempt for this key is still running upstream (lease until " +
+            FormatRfc3339(record.lease_until_ms, false) +
+            "). Deleting it now lets a retry execute the request a second time while the first "
+            "may still succeed; wait for the lease to end, or add force=true to accept that risk.");
+  }
+  ReplyError(req, 409, "Conflict", "record_in_flight",
+             "The attempt for this key ended without a stored result (its lease ran out, e.g. "
+             "after a crash); the next retry of the same request takes it over without a delete. "
+             "A delete could remove the record of a retry that has just taken over, so that "
+             "another retry executes the request a second time; add force=true to accept that "
+             "risk.");
+}
+
 }  // namespace
 
 std::string ProbeStore(Store* store, milliseconds timeout) {
@@ -386,16 +406,11 @@ void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const 
   const TimeMs now = gateway_->clock->NowMs();
   const Record& record = found.record;
   const std::string state = readable ? StateName(record, now) : "unreadable";
-  if (state == "in_flight" && !force) {
+  // Only a completed record is stable between this read and the delete: an in-flight one may be
+  // running upstream, or be taken over by a retry at any moment (its lease ended).
+  if (readable && record.state == RecordState::kInFlight && !force) {
     LogDelete(req, scope, key, state, force, "refused");
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After",
-                      std::to_string(RetryAfterSeconds(record.lease_until_ms, now)).c_str());
-    return ReplyError(
-        req, 409, "Conflict", "record_in_flight",
-        "An attempt for this key is still running upstream (lease until " +
-            FormatRfc3339(record.lease_until_ms, false) +
-            "). Deleting it now lets a retry execute the request a second time while the first "
-            "may still succeed; wait for the lease to end, or add force=true to accept that risk.");
+    return RefuseInFlight(req, record, now);
   }
   auto done = std::make_shared<std::promise<StoreStatus>>();
   std::future<StoreStatus> result = done->get_future();

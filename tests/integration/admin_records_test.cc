@@ -171,6 +171,40 @@ TEST_F(RecordApiTest, DeleteOfALiveAttemptNeedsForce) {
   EXPECT_EQ(Records("DELETE", "key=r-stuck-never", Auth(kToken)).status, 404);
 }
 
+// An in-flight record whose lease ran out (the gateway crashed mid-attempt) is not deleted without
+// force either: a retry may take it over at any moment, and the delete would then remove the
+// live attempt's record. The retry itself needs no delete.
+TEST_F(RecordApiTest, DeleteOfAnExpiredAttemptNeedsForceToo) {
+  Set("upstream", "connect_timeout", "\"100ms\"");
+  Set("upstream", "response_timeout", "\"400ms\"");
+  Set("idempotency", "lease", "\"1s\"");
+  StartWithAdmin(kToken);
+  upstream_.EnqueueBehavior(UpstreamBehavior::Act(UpstreamAction::kHang));
+  std::thread cut([&] { Post("r-crash", "{}"); });
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  RestartGateway();  // kill -9 while the attempt runs upstream
+  cut.join();
+  admin_port_ = gateway_.WaitForPort("admin listening on ");
+  ASSERT_NE(admin_port_, 0) << gateway_.log();
+
+  HttpResponse refused;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {  // 409 while the lease lives, then 409 saying it ran out
+    refused = Records("DELETE", "key=r-crash", Auth(kToken));
+    ASSERT_EQ(refused.status, 409) << refused.raw;
+    if (refused.body.find("ended without a stored result") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_NE(refused.body.find("force=true"), std::string::npos) << refused.body;
+  EXPECT_FALSE(refused.Header("Retry-After").has_value());
+  EXPECT_TRUE(gateway_.WaitForOutput("state=in_flight_expired forced=false result=refused"));
+
+  HttpResponse retry = Post("r-crash", "{}");  // takes the attempt over: executes once more
+  EXPECT_EQ(retry.status, 201) << retry.raw;
+  EXPECT_EQ(upstream_.requests(), 2);
+  EXPECT_EQ(Post("r-crash", "{}").Header("Idempotent-Replayed"), "true");
+}
+
 // A completed record (nothing upstream any more) is deleted without force, and logged.
 TEST_F(RecordApiTest, DeleteOfACompletedRecordNeedsNoForce) {
   StartWithAdmin(kToken);
