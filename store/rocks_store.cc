@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "store/claim_rules.h"
+#include "store/meta_key.h"
 #include "store/rocks_store_internal.h"
 #include "store/ttl_filter.h"
 
@@ -248,24 +249,7 @@ uint64_t RocksStore::ApproximateRecords() {
   return n;
 }
 
-namespace {
-
-// Meta values live in the records' key space under keys no record key can equal: a record key is
-// a 32-byte scope id plus a non-empty key (MakeRecordKey), a meta key is shorter than 32 bytes.
-// The value starts with a tag whose first byte is not kRecordFormatVersion, so the TTL
-// compaction filter (which drops only what decodes as an expired record) always keeps it.
-constexpr char kMetaKeyPrefix[] = "\0idemgate-meta:";  // 15 bytes + name (<= 16) < 32
-constexpr char kMetaValueTag[] = "idemgate-meta\n";
-static_assert(sizeof(kMetaKeyPrefix) - 1 + Store::kMaxMetaName < 32);
-static_assert(kMetaValueTag[0] != static_cast<char>(kRecordFormatVersion));
-
-std::optional<std::string> MetaKey(std::string_view name) {
-  if (name.empty() || name.size() > Store::kMaxMetaName) return std::nullopt;
-  return std::string(kMetaKeyPrefix, sizeof(kMetaKeyPrefix) - 1) + std::string(name);
-}
-
-}  // namespace
-
+// Start-up only (see store.h); keys and values encoded by meta_key.h.
 StoreStatus RocksStore::GetMeta(std::string_view name, std::optional<std::string>* value) {
   std::optional<std::string> key = MetaKey(name);
   if (!key) return {StoreCode::kIoError, "bad meta name"};
@@ -276,9 +260,8 @@ StoreStatus RocksStore::GetMeta(std::string_view name, std::optional<std::string
   value->reset();
   if (s.IsNotFound()) return {};
   if (!s.ok()) return MapStatus(s);
-  const std::string_view tag(kMetaValueTag);
-  if (raw.compare(0, tag.size(), tag) != 0) return {StoreCode::kCorruption, "bad meta value"};
-  *value = raw.substr(tag.size());
+  *value = DecodeMetaValue(raw);
+  if (!value->has_value()) return {StoreCode::kCorruption, "bad meta value"};
   return {};
 }
 
@@ -289,7 +272,7 @@ StoreStatus RocksStore::PutMeta(std::string_view name, std::string_view value) {
   if (!db_) return {StoreCode::kShutdown, "store is closed"};
   rocksdb::WriteOptions sync;
   sync.sync = true;
-  return MapStatus(db_->Put(sync, *key, std::string(kMetaValueTag) + std::string(value)));
+  return MapStatus(db_->Put(sync, *key, EncodeMetaValue(value)));
 }
 
 void RocksStore::Close() {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "store/clock.h"
+#include "store/meta_key.h"
+#include "store/record.h"
 #include "store/rocks_store.h"
 #include "store/rocks_store_internal.h"
 #include "tests/unit/store_test_util.h"
@@ -68,6 +70,22 @@ TEST(StoreMeta, IsNotARecordAndRecordsAreNotMeta) {
   EXPECT_EQ(value, "v1");
   EXPECT_FALSE(store->PutMeta("", "x").ok());
   EXPECT_FALSE(store->PutMeta(std::string(Store::kMaxMetaName + 1, 'n'), "x").ok());
+}
+
+// Whatever its value (even an encoded, expired record), a meta value never decodes as a record
+// header (the TTL filter would drop it), and a meta key is never the length of a record key.
+TEST(StoreMeta, EncodingCannotPassForARecord) {
+  Record expired;
+  expired.state = RecordState::kCompleted;
+  expired.expires_ms = 1;
+  const std::string record_bytes = EncodeRecord(expired);
+  ASSERT_TRUE(DecodeRecordHeader(record_bytes).has_value());
+  EXPECT_FALSE(DecodeRecordHeader(EncodeMetaValue(record_bytes)).has_value());
+  EXPECT_EQ(DecodeMetaValue(EncodeMetaValue(record_bytes)), record_bytes);
+  EXPECT_FALSE(DecodeMetaValue(record_bytes).has_value());
+  std::optional<std::string> key = MetaKey(std::string(Store::kMaxMetaName, 'n'));
+  ASSERT_TRUE(key.has_value());
+  EXPECT_LT(key->size(), MakeRecordKey(ScopeId{}, "").size());
 }
 
 }  // namespace
