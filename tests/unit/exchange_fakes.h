@@ -69,6 +69,11 @@ class QueuedStore final : public Store {
     records.erase(MakeRecordKey(scope, key));
     done({});
   }
+  StoreStatus GetMeta(std::string_view, std::optional<std::string>* value) override {
+    value->reset();
+    return {};
+  }
+  StoreStatus PutMeta(std::string_view, std::string_view) override { return {}; }
   uint64_t ApproximateRecords() override { return records.size(); }
   void Close() override {}
 
