@@ -12,6 +12,14 @@ bool CasMatches(const std::optional<Record>& existing, const ClaimToken& token) 
          existing->owner == token.owner;
 }
 
+// This very Complete already landed (its write was reported as failed, yet it is stored).
+bool CompletedBy(const std::optional<Record>& existing, const ClaimToken& token,
+                 const StoredResponse& response) {
+  return existing.has_value() && existing->state == RecordState::kCompleted &&
+         token.owner != 0 && existing->attempt == token.attempt &&
+         existing->owner == token.owner && existing->response == response;
+}
+
 StoreStatus Stale() { return {StoreCode::kStaleClaim, "claim was taken over or is gone"}; }
 
 }  // namespace
@@ -23,7 +31,8 @@ int64_t RetryAfterSeconds(TimeMs lease_until_ms, TimeMs now) {
 }
 
 ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
-                          std::string record_key, TimeMs now, uint64_t new_owner) {
+                          std::string record_key, TimeMs now, uint64_t new_owner,
+                          TimeMs local_left_ms) {
   ClaimDecision d;
   if (existing.has_value() && !existing->ExpiredAt(now)) {
     const Record& old = *existing;
@@ -41,6 +50,12 @@ ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequ
       d.result.outcome = ClaimOutcome::kInFlight;
       d.result.record = old;
       d.result.retry_after_s = RetryAfterSeconds(old.lease_until_ms, now);
+      return d;
+    }
+    if (local_left_ms > 0) {  // the wall clock stepped past a lease this process still runs
+      d.result.outcome = ClaimOutcome::kInFlight;
+      d.result.record = old;
+      d.result.retry_after_s = RetryAfterSeconds(local_left_ms, 0);
       return d;
     }
     // In flight, lease expired: take over. Never let the record expire while in flight.
@@ -72,7 +87,7 @@ CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimTok
                            StoredResponse response) {
   CasDecision d;
   if (!CasMatches(existing, token)) {
-    d.status = Stale();
+    if (!CompletedBy(existing, token, response)) d.status = Stale();
     return d;
   }
   d.record = *existing;

@@ -24,9 +24,14 @@ struct ClaimDecision {
 };
 
 // `existing` is the decoded stored record (nullopt when there is none); an expired one counts
-// as absent. `new_owner` is the random token for a fresh or takeover attempt (never 0).
+// as absent. `now` is when the claim arrived at the store (not when the writer got to it: a
+// stalled disk must not turn a retry that came inside a lease into a takeover). `new_owner` is
+// the random token for a fresh or takeover attempt (never 0). `local_left_ms` > 0: the existing
+// in-flight record's owner is an attempt this process is running, whose own (monotonic) lease
+// has that long left; it stays in flight whatever the wall clock says.
 ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
-                          std::string record_key, TimeMs now, uint64_t new_owner);
+                          std::string record_key, TimeMs now, uint64_t new_owner,
+                          TimeMs local_left_ms = 0);
 
 struct CasDecision {
   StoreStatus status;
@@ -34,7 +39,9 @@ struct CasDecision {
   Record record;  // kPut: the record to write
 };
 
-// Compare-and-set on (in flight, attempt, owner): stores the response as completed.
+// Compare-and-set on (in flight, attempt, owner): stores the response as completed. Idempotent:
+// a record already completed by this owner and attempt with this same response is ok, and
+// nothing is written (the owner retries a Complete whose synced write failed after it landed).
 CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimToken& token,
                            StoredResponse response);
 
