@@ -136,5 +136,67 @@ TEST_F(FaultsDiskClockTest, WallClockStepDoesNotLetARetryTakeOverARunningAttempt
   EXPECT_EQ(Post("k", R"({"n":1})").Header("Idempotent-Replayed"), "true");
 }
 
+// True once the store's memtable holding the records so far was flushed: a table file exists and
+// the write-ahead log it came from is gone (one log left).
+bool FlushedToTable(const std::string& dir) {
+  int tables = 0;
+  int logs = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string ext = e.path().extension().string();
+    tables += ext == ".sst" ? 1 : 0;
+    logs += ext == ".log" ? 1 : 0;
+  }
+  return tables > 0 && logs == 1;
+}
+
+// #1 (the issue's timeline): A's in-flight record is only on disk (a 17 MiB completion of
+// another key flushed the memtable), so a retry B inside A's lease goes to the store's writer,
+// which is stalled in a WAL fdatasync past A's lease. B must be decided as of its arrival (in
+// flight: 409), A's completion must be stored, and the upstream must execute A once.
+TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeover) {
+  Set("limits", "max_response_body", "\"32MiB\"");
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_a"})").WithDelay(3'500));
+  upstream_.EnqueueBehavior(UpstreamBehavior::BigBody(17 << 20));
+  StartWithShim();
+  HttpResponse a;
+  std::thread client_a([&] { a = PostWithin("k-a", R"({"n":"a"})", milliseconds(15'000)); });
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  const Steady::time_point a_claimed = Steady::now();  // A's lease ends ~6 s after this
+  ASSERT_EQ(PostWithin("k-big", "{}", milliseconds(15'000)).status, 200);
+  ASSERT_EQ(Post("k-d", "{}").status, 201);  // switches the full memtable: A goes to a table
+  const std::string data = dir_.Path("data");
+  while (!FlushedToTable(data)) {
+    ASSERT_LT(Steady::now() - a_claimed, milliseconds(2'500)) << "no flush\n" << gateway_.log();
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  // The next WAL sync (C's claim) stalls until 1.5 s past A's lease.
+  auto stall = a_claimed + milliseconds(7'500) - Steady::now();
+  SetFaults("sync_stall_ms = " +
+            std::to_string(std::chrono::duration_cast<milliseconds>(stall).count()) +
+            "\nsync_stall_count = 1\nsync_match = .log\n");
+  HttpResponse c;
+  std::thread client_c([&] { c = PostWithin("k-c", R"({"n":"c"})", milliseconds(15'000)); });
+  ASSERT_TRUE(gateway_.WaitForOutput("fdatasync stalled")) << gateway_.log();
+  ASSERT_LT(Steady::now() - a_claimed, milliseconds(3'000)) << "too slow to send B before A's answer";
+  HttpResponse b = PostWithin("k-a", R"({"n":"a"})", milliseconds(15'000));
+  client_a.join();
+  client_c.join();
+
+  EXPECT_EQ(Executions(R"({"n":"a"})"), 1) << "A executed twice";
+  EXPECT_EQ(a.status, 201) << a.raw;
+  EXPECT_EQ(a.body, R"({"id":"pi_a"})");
+  if (b.status == 201) {  // the replay of A's answer is the other correct outcome
+    EXPECT_EQ(b.Header("Idempotent-Replayed"), "true") << b.raw;
+  } else {
+    EXPECT_EQ(b.status, 409) << b.raw;
+  }
+  // C's claim took its whole lease (the stall): it may be refused, but then it never ran.
+  if (c.status != 201) EXPECT_EQ(Executions(R"({"n":"c"})"), 0) << c.raw;
+  HttpResponse later = Post("k-a", R"({"n":"a"})");
+  EXPECT_EQ(later.Header("Idempotent-Replayed"), "true") << later.raw;
+  EXPECT_EQ(later.body, R"({"id":"pi_a"})");
+}
+
 }  // namespace
 }  // namespace idemgate::test
