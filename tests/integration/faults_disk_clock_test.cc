@@ -150,35 +150,43 @@ bool FlushedToTable(const std::string& dir) {
   return tables > 0 && logs == 1;
 }
 
-// #1 (the issue's timeline): A's in-flight record is only on disk (a 17 MiB completion of
+// #1 (the issue's timeline, stretched): A's in-flight record is only on disk (a 17 MiB completion of
 // another key flushed the memtable), so a retry B inside A's lease goes to the store's writer,
 // which is stalled in a WAL fdatasync past A's lease. B must be decided as of its arrival (in
 // flight: 409), A's completion must be stored, and the upstream must execute A once.
 TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeover) {
+  // Lease 8 s (connect 1 s + response 6 s); A's upstream answers after 5.5 s, which leaves the
+  // setup below (17 MiB through the gateway, a flush) 5 s even in a sanitizer build.
+  Set("idempotency", "lease", "\"8s\"");
+  Set("upstream", "response_timeout", "\"6s\"");
   Set("limits", "max_response_body", "\"32MiB\"");
-  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_a"})").WithDelay(3'500));
+  constexpr milliseconds kLease(8'000);
+  constexpr milliseconds kAnswerA(5'500);
+  upstream_.EnqueueBehavior(
+      UpstreamBehavior::Respond(201, R"({"id":"pi_a"})").WithDelay(kAnswerA.count()));
   upstream_.EnqueueBehavior(UpstreamBehavior::BigBody(17 << 20));
   StartWithShim();
   HttpResponse a;
   std::thread client_a([&] { a = PostWithin("k-a", R"({"n":"a"})", milliseconds(15'000)); });
   ASSERT_TRUE(upstream_.WaitForRequests(1));
-  const Steady::time_point a_claimed = Steady::now();  // A's lease ends ~6 s after this
+  const Steady::time_point a_claimed = Steady::now();  // A's lease ends kLease after this
   ASSERT_EQ(PostWithin("k-big", "{}", milliseconds(15'000)).status, 200);
   ASSERT_EQ(Post("k-d", "{}").status, 201);  // switches the full memtable: A goes to a table
   const std::string data = dir_.Path("data");
   while (!FlushedToTable(data)) {
-    ASSERT_LT(Steady::now() - a_claimed, milliseconds(2'500)) << "no flush\n" << gateway_.log();
+    ASSERT_LT(Steady::now() - a_claimed, kAnswerA) << "no flush\n" << gateway_.log();
     std::this_thread::sleep_for(milliseconds(10));
   }
   // The next WAL sync (C's claim) stalls until 1.5 s past A's lease.
-  auto stall = a_claimed + milliseconds(7'500) - Steady::now();
+  auto stall = a_claimed + kLease + milliseconds(1'500) - Steady::now();
   SetFaults("sync_stall_ms = " +
             std::to_string(std::chrono::duration_cast<milliseconds>(stall).count()) +
             "\nsync_stall_count = 1\nsync_match = .log\n");
   HttpResponse c;
   std::thread client_c([&] { c = PostWithin("k-c", R"({"n":"c"})", milliseconds(15'000)); });
   ASSERT_TRUE(gateway_.WaitForOutput("fdatasync stalled")) << gateway_.log();
-  ASSERT_LT(Steady::now() - a_claimed, milliseconds(3'000)) << "too slow to send B before A's answer";
+  ASSERT_LT(Steady::now() - a_claimed, kAnswerA - milliseconds(300))
+      << "too slow to send B before A's answer";
   HttpResponse b = PostWithin("k-a", R"({"n":"a"})", milliseconds(15'000));
   client_a.join();
   client_c.join();
