@@ -219,6 +219,12 @@ void RocksStore::Close() {
   // Called from a callback (the writer thread itself): the destructor finishes the job.
   if (std::this_thread::get_id() == writer_.get_id()) return;
   if (writer_.joinable()) writer_.join();
+  if (!reconcile_.empty()) {  // the writer is gone: reading its state is safe
+    fprintf(stderr,
+            "idemgate store: closing with %zu key(s) of a failed write not reconciled; a claim "
+            "reported as failed may block its key until its lease ends\n",
+            reconcile_.size());
+  }
   std::unique_lock lock(db_mu_);
   if (db_) {
     db_->Close();
@@ -368,7 +374,6 @@ void RocksStore::Decide(Op& op) {
       action = WriteAction::kDelete;
       break;
   }
-  undo_.Note(undo_kind, op.key, existing, action, record, op.arrived_ms);
   StoreStatus applied = Apply(op.key, action, record);
   if (!applied.ok()) {  // nothing of this op is in the batch: it must not report success
     op.claim_result = ClaimResult{};
@@ -376,6 +381,7 @@ void RocksStore::Decide(Op& op) {
     op.status = applied;
     return;
   }
+  undo_.Note(undo_kind, op.key, existing, action, record, op.arrived_ms);
   NoteLocal(op, action);
 }
 
