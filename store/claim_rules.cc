@@ -7,17 +7,16 @@ namespace idemgate {
 namespace {
 
 bool CasMatches(const std::optional<Record>& existing, const ClaimToken& token) {
-  return existing.has_value() && existing->state == RecordState::kInFlight &&
-         token.owner != 0 && existing->attempt == token.attempt &&
-         existing->owner == token.owner;
+  return existing.has_value() && existing->state == RecordState::kInFlight && token.owner != 0 &&
+         existing->attempt == token.attempt && existing->owner == token.owner;
 }
 
 // This very Complete already landed (its write was reported as failed, yet it is stored).
 bool CompletedBy(const std::optional<Record>& existing, const ClaimToken& token,
                  const StoredResponse& response) {
-  return existing.has_value() && existing->state == RecordState::kCompleted &&
-         token.owner != 0 && existing->attempt == token.attempt &&
-         existing->owner == token.owner && existing->response == response;
+  return existing.has_value() && existing->state == RecordState::kCompleted && token.owner != 0 &&
+         existing->attempt == token.attempt && existing->owner == token.owner &&
+         existing->response == response;
 }
 
 StoreStatus Stale() { return {StoreCode::kStaleClaim, "claim was taken over or is gone"}; }

@@ -122,11 +122,11 @@ class RocksStore final : public Store {
   rocksdb::ReadOptions read_options_;
   std::mt19937_64 rng_{std::random_device{}()};
   bool need_resume_ = false;
-  LocalAttempts local_;                  // attempts this process runs (monotonic leases)
+  LocalAttempts local_;                     // attempts this process runs (monotonic leases)
   std::vector<LocalChange> local_changes_;  // this batch's, applied once it is durable
-  size_t local_prune_at_ = 1024;         // prune passed local attempts beyond this many
-  BatchUndo undo_;                       // this batch's, for when its write fails
-  std::vector<ReconcileWrite> reconcile_;  // a failed batch's, written before any other op
+  size_t local_prune_at_ = 1024;            // prune passed local attempts beyond this many
+  BatchUndo undo_;                          // this batch's, for when its write fails
+  std::vector<ReconcileWrite> reconcile_;   // a failed batch's, written before any other op
   std::atomic<uint64_t> records_estimate_{0};
 };
 
@@ -440,8 +440,8 @@ bool RocksStore::Reconcile() {
   if (reconcile_.empty()) return true;
   rocksdb::WriteBatch wb;
   for (const ReconcileWrite& w : reconcile_) {
-    rocksdb::Status s = w.action == WriteAction::kPut ? wb.Put(w.key, EncodeRecord(w.record))
-                                                      : wb.Delete(w.key);
+    rocksdb::Status s =
+        w.action == WriteAction::kPut ? wb.Put(w.key, EncodeRecord(w.record)) : wb.Delete(w.key);
     if (!s.ok()) return false;
   }
   rocksdb::WriteOptions sync;

@@ -65,9 +65,9 @@ class BatchUndo {
 
  private:
   struct KeyState {
-    std::optional<Record> before;  // the live in-flight record the batch found, if any
-    bool claimed = false;           // a claim won this key in the batch
-    bool completed = false;         // the last non-claim write was a Complete
+    std::optional<Record> before;        // the live in-flight record the batch found, if any
+    bool claimed = false;                // a claim won this key in the batch
+    bool completed = false;              // the last non-claim write was a Complete
     std::optional<ReconcileWrite> last;  // the last Release/Delete write
   };
   std::unordered_map<std::string, KeyState> keys_;

@@ -104,7 +104,8 @@ TEST_F(FaultsDiskClockTest, FailedSyncUnderACompletionStillAnswersTheUpstreamRes
   StartWithShim();
   HttpResponse answer;
   std::thread client([&] { answer = Post("k", R"({"n":1})"); });
-  ASSERT_TRUE(upstream_.WaitForRequests(1));  // claimed and durable: the next sync is the Complete's
+  ASSERT_TRUE(
+      upstream_.WaitForRequests(1));  // claimed and durable: the next sync is the Complete's
   SetFaults("sync_fail = 1\nsync_match = .log\n");
   client.join();
   ASSERT_TRUE(gateway_.WaitForOutput("fdatasync failed with EIO")) << gateway_.log();
@@ -150,8 +151,8 @@ bool FlushedToTable(const std::string& dir) {
   return tables > 0 && logs == 1;
 }
 
-// #1 (the issue's timeline, stretched): A's in-flight record is only on disk (a 17 MiB completion of
-// another key flushed the memtable), so a retry B inside A's lease goes to the store's writer,
+// #1 (the issue's timeline, stretched): A's in-flight record is only on disk (a 17 MiB completion
+// of another key flushed the memtable), so a retry B inside A's lease goes to the store's writer,
 // which is stalled in a WAL fdatasync past A's lease. B must be decided as of its arrival (in
 // flight: 409), A's completion must be stored, and the upstream must execute A once.
 TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeover) {
@@ -179,9 +180,9 @@ TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeo
   }
   // The next WAL sync (C's claim) stalls until 1.5 s past A's lease.
   auto stall = a_claimed + kLease + milliseconds(1'500) - Steady::now();
-  SetFaults("sync_stall_ms = " +
-            std::to_string(std::chrono::duration_cast<milliseconds>(stall).count()) +
-            "\nsync_stall_count = 1\nsync_match = .log\n");
+  SetFaults(
+      "sync_stall_ms = " + std::to_string(std::chrono::duration_cast<milliseconds>(stall).count()) +
+      "\nsync_stall_count = 1\nsync_match = .log\n");
   HttpResponse c;
   std::thread client_c([&] { c = PostWithin("k-c", R"({"n":"c"})", milliseconds(15'000)); });
   ASSERT_TRUE(gateway_.WaitForOutput("fdatasync stalled")) << gateway_.log();

@@ -53,9 +53,9 @@ struct controls {
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct controls ctl;  /* guarded by mu */
-static struct stat seen;     /* guarded by mu: the control file as last read */
-static int have_seen;        /* guarded by mu */
+static struct controls ctl; /* guarded by mu */
+static struct stat seen;    /* guarded by mu: the control file as last read */
+static int have_seen;       /* guarded by mu */
 
 static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);

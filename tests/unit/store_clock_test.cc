@@ -1,7 +1,7 @@
 // FakeClock moves only when told to; a wall-clock step leaves the monotonic clock alone.
-#include "store/clock.h"
-
 #include <gtest/gtest.h>
+
+#include "store/clock.h"
 
 namespace idemgate {
 TEST(FakeClock, MovesOnlyWhenAdvanced) {

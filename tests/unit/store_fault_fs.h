@@ -24,7 +24,8 @@ struct DiskFaults {
   std::atomic<int> wal_sync_failures{0};
 
   rocksdb::IOStatus Error() const {
-    return no_space ? rocksdb::IOStatus::NoSpace("injected") : rocksdb::IOStatus::IOError("injected");
+    return no_space ? rocksdb::IOStatus::NoSpace("injected")
+                    : rocksdb::IOStatus::IOError("injected");
   }
 
   // The next WAL sync blocks until ReleaseStall(). WaitStalled() returns once it blocks.
