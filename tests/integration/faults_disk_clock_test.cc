@@ -201,7 +201,9 @@ TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeo
     EXPECT_EQ(b.status, 409) << b.raw;
   }
   // C's claim took its whole lease (the stall): it may be refused, but then it never ran.
-  if (c.status != 201) EXPECT_EQ(Executions(R"({"n":"c"})"), 0) << c.raw;
+  if (c.status != 201) {
+    EXPECT_EQ(Executions(R"({"n":"c"})"), 0) << c.raw;
+  }
   HttpResponse later = Post("k-a", R"({"n":"a"})");
   EXPECT_EQ(later.Header("Idempotent-Replayed"), "true") << later.raw;
   EXPECT_EQ(later.body, R"({"id":"pi_a"})");
