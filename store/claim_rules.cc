@@ -30,10 +30,10 @@ int64_t RetryAfterSeconds(TimeMs lease_until_ms, TimeMs now) {
 }
 
 ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
-                          std::string record_key, TimeMs now, uint64_t new_owner,
-                          TimeMs local_left_ms) {
+                          std::string record_key, ClaimTime time, uint64_t new_owner) {
   ClaimDecision d;
-  if (existing.has_value() && !existing->ExpiredAt(now)) {
+  const TimeMs now = time.now;
+  if (existing.has_value() && !existing->ExpiredAt(time.arrived)) {
     const Record& old = *existing;
     if (old.fingerprint != request.fingerprint) {
       d.result.outcome = ClaimOutcome::kMismatch;
@@ -45,16 +45,16 @@ ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequ
       d.result.record = old;
       return d;
     }
-    if (now < old.lease_until_ms) {
+    if (time.arrived < old.lease_until_ms) {
       d.result.outcome = ClaimOutcome::kInFlight;
       d.result.record = old;
       d.result.retry_after_s = RetryAfterSeconds(old.lease_until_ms, now);
       return d;
     }
-    if (local_left_ms > 0) {  // the wall clock stepped past a lease this process still runs
+    if (time.local_left_ms > 0) {  // the wall clock stepped past a lease this process still runs
       d.result.outcome = ClaimOutcome::kInFlight;
       d.result.record = old;
-      d.result.retry_after_s = RetryAfterSeconds(local_left_ms, 0);
+      d.result.retry_after_s = RetryAfterSeconds(time.local_left_ms, 0);
       return d;
     }
     // In flight, lease expired: take over. Never let the record expire while in flight.

@@ -23,15 +23,21 @@ struct ClaimDecision {
   Record record;  // kPut: the record to write
 };
 
+// When a claim is decided. A writer stalled on the disk must not turn a retry that came inside
+// a lease into a takeover, so the stored record is judged as of the claim's arrival; a lease it
+// starts, and Retry-After, count from the decision.
+struct ClaimTime {
+  TimeMs arrived = 0;  // when the claim reached the store: is the record expired, its lease over?
+  TimeMs now = 0;      // when the writer decides it: a new lease starts here
+  // > 0: the existing in-flight record's owner is an attempt this process is running, whose own
+  // (monotonic) lease has that long left; it stays in flight whatever the wall clock says.
+  TimeMs local_left_ms = 0;
+};
+
 // `existing` is the decoded stored record (nullopt when there is none); an expired one counts
-// as absent. `now` is when the claim arrived at the store (not when the writer got to it: a
-// stalled disk must not turn a retry that came inside a lease into a takeover). `new_owner` is
-// the random token for a fresh or takeover attempt (never 0). `local_left_ms` > 0: the existing
-// in-flight record's owner is an attempt this process is running, whose own (monotonic) lease
-// has that long left; it stays in flight whatever the wall clock says.
+// as absent. `new_owner` is the random token for a fresh or takeover attempt (never 0).
 ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
-                          std::string record_key, TimeMs now, uint64_t new_owner,
-                          TimeMs local_left_ms = 0);
+                          std::string record_key, ClaimTime time, uint64_t new_owner);
 
 struct CasDecision {
   StoreStatus status;

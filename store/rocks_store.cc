@@ -90,8 +90,8 @@ class RocksStore final : public Store {
   void WriterLoop();
   void TakeBatch(std::vector<Op>* batch);
   void RunBatch(std::vector<Op>& batch);
-  void Decide(Op& op);
-  void NoteLocal(const Op& op, WriteAction action);
+  void Decide(Op& op, TimeMs now, TimeMs now_mono);
+  void NoteLocal(const Op& op, WriteAction action, TimeMs now, TimeMs now_mono);
   void FailBatch(std::vector<Op>& batch, const StoreStatus& err);
   StoreStatus ReadRecord(const std::string& key, std::optional<Record>* record);
   StoreStatus Apply(const std::string& key, WriteAction action, const Record& record);
@@ -292,7 +292,9 @@ void RocksStore::RunBatch(std::vector<Op>& batch) {
   batch_.Clear();
   undo_.Clear();
   local_changes_.clear();
-  for (Op& op : batch) Decide(op);
+  const TimeMs now = clock_->NowMs();
+  const TimeMs now_mono = clock_->MonotonicMs();
+  for (Op& op : batch) Decide(op, now, now_mono);
   if (batch_.GetWriteBatch()->Count() > 0) {
     auto start = std::chrono::steady_clock::now();
     rocksdb::Status s = db_->Write(write_options_, batch_.GetWriteBatch());
@@ -333,7 +335,7 @@ void RocksStore::FailBatch(std::vector<Op>& batch, const StoreStatus& err) {
   }
 }
 
-void RocksStore::Decide(Op& op) {
+void RocksStore::Decide(Op& op, TimeMs now, TimeMs now_mono) {
   std::optional<Record> existing;
   StoreStatus read = ReadRecord(op.key, &existing);
   if (!read.ok() && op.kind != Op::Kind::kDelete) {
@@ -346,9 +348,8 @@ void RocksStore::Decide(Op& op) {
   BatchUndo::Kind undo_kind = BatchUndo::Kind::kReleaseOrDelete;
   switch (op.kind) {
     case Op::Kind::kClaim: {
-      TimeMs local_left = local_.LeftMs(op.key, existing, op.arrived_mono_ms);
-      ClaimDecision d =
-          DecideClaim(existing, op.claim, op.key, op.arrived_ms, NewOwner(), local_left);
+      ClaimTime time{op.arrived_ms, now, local_.LeftMs(op.key, existing, op.arrived_mono_ms)};
+      ClaimDecision d = DecideClaim(existing, op.claim, op.key, time, NewOwner());
       op.claim_result = std::move(d.result);
       action = d.action;
       record = std::move(d.record);
@@ -363,7 +364,7 @@ void RocksStore::Decide(Op& op) {
       undo_kind = BatchUndo::Kind::kComplete;
       break;
     }
-    case Op::Kind::kRelease: {
+    case Op::Kind::kRelease: {  // expired as of its arrival: any claim queued after may take over
       CasDecision d = DecideRelease(existing, op.token, op.arrived_ms);
       op.status = std::move(d.status);
       action = d.action;
@@ -382,11 +383,11 @@ void RocksStore::Decide(Op& op) {
     return;
   }
   undo_.Note(undo_kind, op.key, existing, action, record, op.arrived_ms);
-  NoteLocal(op, action);
+  NoteLocal(op, action, now, now_mono);
 }
 
 // A winning claim starts a local attempt; a Complete, Release or Delete that writes ends it.
-void RocksStore::NoteLocal(const Op& op, WriteAction action) {
+void RocksStore::NoteLocal(const Op& op, WriteAction action, TimeMs now, TimeMs now_mono) {
   if (action == WriteAction::kNone) return;
   LocalChange c;
   c.key = op.key;
@@ -395,7 +396,7 @@ void RocksStore::NoteLocal(const Op& op, WriteAction action) {
     c.start = true;
     c.owner = t.owner;
     c.attempt = t.attempt;
-    c.mono_end = op.arrived_mono_ms + (t.lease_until_ms - op.arrived_ms);
+    c.mono_end = now_mono + (t.lease_until_ms - now);
   }
   local_changes_.push_back(std::move(c));
 }

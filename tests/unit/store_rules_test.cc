@@ -54,12 +54,28 @@ TEST(ClaimRules, CompleteIsIdempotentForTheSameOwnerAndResponse) {
 
 TEST(ClaimRules, LocalAttemptKeepsAnExpiredWallClockLease) {
   Record r = InFlight(42, 1, kNow - 1);  // the wall clock says the lease is over
-  ClaimDecision local = DecideClaim(r, Req("k"), "k", kNow, 7, /*local_left_ms=*/2'001);
+  ClaimDecision local = DecideClaim(r, Req("k"), "k", ClaimTime{kNow, kNow, 2'001}, 7);
   EXPECT_EQ(local.result.outcome, ClaimOutcome::kInFlight);
   EXPECT_EQ(local.action, WriteAction::kNone);
   EXPECT_EQ(local.result.retry_after_s, 3);
-  ClaimDecision remote = DecideClaim(r, Req("k"), "k", kNow, 7, /*local_left_ms=*/0);
+  ClaimDecision remote = DecideClaim(r, Req("k"), "k", ClaimTime{kNow, kNow, 0}, 7);
   EXPECT_EQ(remote.result.outcome, ClaimOutcome::kTakeover);
+}
+
+// Judged as of arrival (inside the lease: in flight, whenever it is decided); a lease it starts
+// counts from the decision.
+TEST(ClaimRules, RecordJudgedAsOfArrivalNewLeaseFromTheDecision) {
+  Record r = InFlight(42, 1, kNow + 1'000);
+  ClaimDecision late = DecideClaim(r, Req("k"), "k", ClaimTime{kNow, kNow + 5'000}, 7);
+  EXPECT_EQ(late.result.outcome, ClaimOutcome::kInFlight);
+  EXPECT_EQ(late.result.retry_after_s, 1);
+  ClaimDecision after =
+      DecideClaim(r, Req("k", 1, 6'000), "k", ClaimTime{kNow + 1'000, kNow + 5'000}, 7);
+  EXPECT_EQ(after.result.outcome, ClaimOutcome::kTakeover);
+  EXPECT_EQ(after.result.token.lease_until_ms, kNow + 11'000);
+  ClaimDecision fresh =
+      DecideClaim(std::nullopt, Req("n", 1, 6'000), "n", ClaimTime{kNow, kNow + 5'000}, 7);
+  EXPECT_EQ(fresh.result.token.lease_until_ms, kNow + 11'000);
 }
 
 TEST(LocalAttempts, LeftOnlyForTheSameLiveAttempt) {

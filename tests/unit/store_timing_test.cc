@@ -104,6 +104,20 @@ TEST_F(StoreTimingTest, StalledWriterDecidesAsOfArrivalForARecordFromBeforeARest
   EXPECT_EQ(retry.retry_after_s, 1);
 }
 
+// A claim queued behind a stalled sync gets its whole lease, counted from when it is decided.
+TEST_F(StoreTimingTest, ClaimQueuedBehindAStallGetsItsWholeLease) {
+  faults_.ArmStall();
+  auto other = ClaimLater(Req("other", 2, kLease));
+  ASSERT_TRUE(faults_.WaitStalled());
+  auto queued = ClaimLater(Req("k", 1, kLease));
+  clock_.Advance(5'000);
+  faults_.ReleaseStall();
+  ASSERT_TRUE(other.get().status.ok());
+  ClaimResult r = queued.get();
+  ASSERT_EQ(r.outcome, ClaimOutcome::kFresh);
+  EXPECT_EQ(r.token.lease_until_ms, clock_.NowMs() + kLease);
+}
+
 // A retry that arrives after the lease still takes over, even when A's Complete was queued
 // behind it: the Complete is refused as stale (C3).
 TEST_F(StoreTimingTest, ClaimArrivingAfterTheLeaseTakesOver) {
