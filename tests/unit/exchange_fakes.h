@@ -30,7 +30,7 @@ class QueuedStore final : public Store {
       ClaimResult result;
       if (TakeFailure(&result.status)) return done(std::move(result));
       std::string key = MakeRecordKey(request.scope, request.key);
-      ClaimDecision d = DecideClaim(Find(key), request, key, clock_->NowMs(), ++next_owner_);
+      ClaimDecision d = DecideClaim(Find(key), request, key, ClaimTime{clock_->NowMs(), clock_->NowMs()}, ++next_owner_);
       Apply(key, d.action, d.record);
       done(std::move(d.result));
     });
