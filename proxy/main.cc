@@ -88,6 +88,8 @@ class Server {
 
   bool Open(std::string* error) {
     const Config& config = *gateway_.Snapshot();
+    // Before the store is opened or created: a second instance must not touch anything.
+    if (!CheckListenAddressFree(config.listen.addr, error)) return false;
     std::error_code ec;
     std::filesystem::create_directories(config.store.path, ec);
     RocksStoreOptions options;

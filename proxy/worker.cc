@@ -29,8 +29,10 @@ std::string PeerIp(const sockaddr* sa) {
   return buf;
 }
 
-// A non-blocking listening socket with SO_REUSEPORT, so every worker has its own listener.
-evutil_socket_t BindReusePort(const HostPort& addr, uint16_t port, std::string* error) {
+// A non-blocking stream socket bound to `addr`:`port`, listening when `reuse_port` (SO_REUSEPORT,
+// so every worker has its own listener); a bare bound socket otherwise (the probe below).
+evutil_socket_t BindSocket(const HostPort& addr, uint16_t port, bool reuse_port,
+                           std::string* error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -45,18 +47,43 @@ evutil_socket_t BindReusePort(const HostPort& addr, uint16_t port, std::string* 
   evutil_socket_t fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
-            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0 &&
-            bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 1024) == 0;
+            (!reuse_port || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0) &&
+            bind(fd, res->ai_addr, res->ai_addrlen) == 0 && (!reuse_port || listen(fd, 1024) == 0);
+  int err = errno;
   freeaddrinfo(res);
   if (!ok) {
-    *error = "cannot listen on " + addr.host + ":" + port_text + ": " + strerror(errno);
+    *error = "cannot listen on " + addr.host + ":" + port_text + ": " + strerror(err);
     if (fd >= 0) close(fd);
+    errno = err;
     return -1;
   }
   return fd;
 }
 
 }  // namespace
+
+// SO_REUSEPORT would let a second process join the port silently (same user), and the kernel
+// would split the connections between two gateways with two stores: one key executed once per
+// instance. A socket bound WITHOUT SO_REUSEPORT fails with EADDRINUSE while anyone listens on
+// the address (SO_REUSEADDR still lets it pass connections in TIME_WAIT).
+bool CheckListenAddressFree(const HostPort& addr, std::string* error) {
+  if (addr.port == 0) return true;  // a port the kernel picks is nobody else's
+  std::string why;
+  evutil_socket_t probe = BindSocket(addr, addr.port, /*reuse_port=*/false, &why);
+  if (probe >= 0) {
+    close(probe);
+    return true;
+  }
+  if (errno != EADDRINUSE) {
+    *error = why;
+    return false;
+  }
+  *error = "listen.address " + addr.host + ":" + std::to_string(addr.port) +
+           " is already in use by another process (another idemgate?); two gateways on one "
+           "address would split the traffic between two stores, so one key could execute once "
+           "per instance. Stop the other process or choose another listen.address.";
+  return false;
+}
 
 Worker::Worker(int index, Gateway* gateway) : index_(index), gateway_(gateway) {}
 
@@ -95,7 +122,7 @@ bool Worker::Init(std::string* error) {
 }
 
 bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* error) {
-  evutil_socket_t fd = BindReusePort(addr, *bound_port, error);
+  evutil_socket_t fd = BindSocket(addr, *bound_port, /*reuse_port=*/true, error);
   if (fd < 0) return false;
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);

@@ -24,6 +24,10 @@ class MetricsShard;
 struct ExchangeSample;
 enum class StoreOp;
 
+// Start-up check, before any worker binds: false (with *error naming listen.address) when
+// another process already listens on `addr`. Port 0 always passes.
+bool CheckListenAddressFree(const HostPort& addr, std::string* error);
+
 class Worker {
  public:
   Worker(int index, Gateway* gateway);
