@@ -104,7 +104,8 @@ void ParseListen(const Context& ctx, Config::Listen* out) {
 
 SectionReader ParseUpstream(const Context& ctx, Config::Upstream* out) {
   SectionReader r =
-      ctx.Section("upstream", {"url", "connect_timeout", "response_timeout", "ca_file"});
+      ctx.Section("upstream", {"url", "connect_timeout", "response_timeout", "idle_timeout",
+                               "ca_file"});
   r.String("url", &out->url);
   std::string why;
   auto url = conf::ParseHttpUrl(out->url, &why);
@@ -113,6 +114,7 @@ SectionReader ParseUpstream(const Context& ctx, Config::Upstream* out) {
   out->addr = std::move(url->addr);
   r.Duration("connect_timeout", &out->connect_timeout_ms);
   r.Duration("response_timeout", &out->response_timeout_ms);
+  r.Duration("idle_timeout", &out->idle_timeout_ms);
   ReadPathKey(ctx, r, "ca_file", &out->ca_file);
   if (!out->ca_file.empty() && !out->tls) {
     r.Fail("ca_file", "is set but upstream.url is not https://");

@@ -29,6 +29,9 @@ struct Config {
     std::string ca_file;   // for https upstreams; empty = system CA store
     int64_t connect_timeout_ms = 5'000;
     int64_t response_timeout_ms = 20'000;
+    // A pooled keep-alive connection idle this long is not reused: below the upstream's own
+    // keep-alive, so the two ends do not close it together (gunicorn: 2 s, Node: 5 s).
+    int64_t idle_timeout_ms = 1'000;
   } upstream;
 
   struct Idempotency {

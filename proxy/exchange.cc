@@ -162,6 +162,7 @@ void Exchange::Forward() {
   limits.connect_timeout_ms = config_->upstream.connect_timeout_ms;
   limits.response_timeout_ms = config_->upstream.response_timeout_ms;
   limits.max_response_body = config_->limits.max_response_body;
+  limits.idle_timeout_ms = config_->upstream.idle_timeout_ms;
   if (guarded) limits.deadline = complete_deadline_;
   std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_);
   worker_->upstream().Send(std::move(bytes), request_.method == "HEAD", limits,

@@ -42,6 +42,7 @@ void ExpectDefaults(const Config& c) {
   EXPECT_EQ(c.upstream.ca_file, "");
   EXPECT_EQ(c.upstream.connect_timeout_ms, 5'000);
   EXPECT_EQ(c.upstream.response_timeout_ms, 20'000);
+  EXPECT_EQ(c.upstream.idle_timeout_ms, 1'000);
   EXPECT_EQ(c.idempotency.header, "Idempotency-Key");
   EXPECT_EQ(c.idempotency.methods, (std::vector<std::string>{"POST", "PATCH"}));
   EXPECT_EQ(c.idempotency.ttl_ms, 86'400'000);
@@ -89,6 +90,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "upstream.ca_file",
                                          "upstream.connect_timeout",
                                          "upstream.response_timeout",
+                                         "upstream.idle_timeout",
                                          "idempotency.header",
                                          "idempotency.methods",
                                          "idempotency.ttl",
