@@ -79,6 +79,7 @@ class UpstreamConn {
       parser_max_ = limits.max_response_body;
     }
     parser_->Begin(head);
+    late_rounds_ = 0;
     timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
     if (connecting_) {
       timer_.Arm(CappedMs(limits.connect_timeout_ms));
@@ -189,8 +190,28 @@ class UpstreamConn {
 
   void OnTimeout() {
     if (connecting_) return Fail(UpstreamError::kUnavailable, "connect timeout");
+    // After a pause (SIGSTOP, a stalled VM) the timer and the answer are due together, and the
+    // timer may run first (epoll_wait returns EINTR on SIGCONT, so the loop handles timers
+    // before it polls). What already arrived is read before a timeout is declared: the timer
+    // goes again at once, after the next poll has run the read callback. Bounded, so an
+    // upstream that trickles bytes cannot extend the call for long.
+    if (late_rounds_ < MaxLateRounds() && InputWaiting()) {
+      ++late_rounds_;
+      timer_.Arm(0);
+      return;
+    }
     Fail(UpstreamError::kTimeout, "no complete response within upstream.response_timeout");
   }
+
+  // Bytes (or the peer's FIN) wait in the socket, unread.
+  bool InputWaiting() const {
+    char byte;
+    return recv(bufferevent_getfd(bev_.get()), &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+  }
+
+  // Enough loop turns to read a whole response of the largest size (libevent reads up to
+  // 16 KiB a turn), and some.
+  uint64_t MaxLateRounds() const { return limits_.max_response_body / (16 << 10) + 64; }
 
   void Fail(UpstreamError error, std::string detail) {
     UpstreamResult result;
@@ -224,6 +245,7 @@ class UpstreamConn {
   std::string request_;
   bool connecting_ = false;
   bool eof_ = false;
+  uint64_t late_rounds_ = 0;  // timer turns spent reading what arrived by the timeout
   UpstreamLimits limits_;
   UpstreamCallback done_;
   std::chrono::steady_clock::time_point idle_since_;

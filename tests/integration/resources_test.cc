@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "tests/integration/gateway_fixture.h"
 
@@ -40,6 +42,32 @@ TEST_F(ResourcesTest, SecondInstanceOnTheSameAddressRefusesToStart) {
     EXPECT_EQ(r.status, 201) << r.error;
   }
   EXPECT_EQ(upstream_.requests(), 8);
+}
+
+// A pause longer than upstream.response_timeout (SIGSTOP, a stalled VM) while the upstream
+// answers: on resume the answer is already in the socket, and the timer is due too. The answer
+// wins: it is what the client gets and what is stored, not 504 upstream_timeout.
+TEST_F(ResourcesTest, AnswerThatArrivedDuringAPauseIsNotATimeout) {
+  Set("upstream", "connect_timeout", "\"1s\"");
+  Set("upstream", "response_timeout", "\"1s\"");
+  Set("idempotency", "lease", "\"5s\"");
+  upstream_.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_paused"})").WithDelay(200));
+  StartGateway();
+  HttpResponse first;
+  std::thread client([&] { first = Post("k-paused", "{}"); });
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  ASSERT_EQ(kill(gateway_.pid(), SIGSTOP), 0);
+  // The pause itself is the fault: it must outlast response_timeout (the upstream answers
+  // 200 ms into it).
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_EQ(kill(gateway_.pid(), SIGCONT), 0);
+  client.join();
+  EXPECT_EQ(first.status, 201) << first.body;
+  EXPECT_EQ(first.body, R"({"id":"pi_paused"})");
+  HttpResponse retry = Post("k-paused", "{}");
+  EXPECT_EQ(retry.status, 201) << retry.body;
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 1);
 }
 
 }  // namespace
