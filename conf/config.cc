@@ -23,6 +23,7 @@ constexpr std::array<std::string_view, 9> kSections = {
     "listen", "upstream", "idempotency", "scope", "store", "limits", "server", "admin", "log"};
 constexpr std::array<std::string_view, 4> kSafeMethods = {"GET", "HEAD", "OPTIONS", "TRACE"};
 constexpr int64_t kMaxWorkers = 64;
+constexpr int64_t kMaxConnections = 10'000'000;
 constexpr uint64_t kMaxStoredBody = 1ULL << 30;  // record.cc encodes body sizes in 32 bits
 
 // Reads a whole file; on failure returns false with *why set to the reason.
@@ -190,8 +191,9 @@ void ParseStore(const Context& ctx, Config::Store* out) {
 }
 
 void ParseLimits(const Context& ctx, Config::Limits* out) {
-  SectionReader r = ctx.Section("limits", {"max_request_body", "max_response_body",
-                                           "max_header_bytes", "client_timeout", "idle_timeout"});
+  SectionReader r = ctx.Section(
+      "limits", {"max_request_body", "max_response_body", "max_header_bytes", "client_timeout",
+                 "idle_timeout", "max_connections", "max_unsent_bytes"});
   r.Size("max_request_body", &out->max_request_body);
   if (r.Size("max_response_body", &out->max_response_body) &&
       out->max_response_body > kMaxStoredBody) {
@@ -200,6 +202,12 @@ void ParseLimits(const Context& ctx, Config::Limits* out) {
   r.Size("max_header_bytes", &out->max_header_bytes);
   r.Duration("client_timeout", &out->client_timeout_ms);
   r.Duration("idle_timeout", &out->idle_timeout_ms);
+  if (r.Int("max_connections", &out->max_connections) &&
+      (out->max_connections < 1 || out->max_connections > kMaxConnections)) {
+    r.Fail("max_connections", "must be between 1 and " + std::to_string(kMaxConnections) +
+                                  ", got " + std::to_string(out->max_connections));
+  }
+  r.Size("max_unsent_bytes", &out->max_unsent_bytes);
 }
 
 void ParseServer(const Context& ctx, Config::Server* out) {

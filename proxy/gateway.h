@@ -24,6 +24,8 @@ struct Gateway {
   Metrics* metrics = nullptr;       // may be null
   SSL_CTX* server_tls = nullptr;    // client-facing TLS (listen.tls_cert/tls_key); may be null
   SSL_CTX* upstream_tls = nullptr;  // https upstream; may be null
+  // Client connections open in every worker (limits.max_connections).
+  std::atomic<int64_t> open_connections{0};
 
   std::shared_ptr<const Config> Snapshot() const { return config.load(); }
 };

@@ -3,8 +3,10 @@
 #include <event2/thread.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -181,6 +183,7 @@ class Server {
 
   bool StartWorkers(const Config& config, std::string* error) {
     int count = WorkerCount(config);
+    CheckOpenFileLimit(config);
     uint16_t port = config.listen.addr.port;
     for (int i = 0; i < count; ++i) {
       auto worker = std::make_unique<Worker>(i, &gateway_);
@@ -194,6 +197,28 @@ class Server {
             count, config.upstream.url.c_str(), config.store.path.c_str(),
             config.store.sync ? "true" : "false");
     return true;
+  }
+
+  // Each client connection may need an upstream one too, and the store and the loops need some:
+  // raise the soft open-file limit towards that (up to the hard limit), and say so when the
+  // limit stays lower (accept() then fails at the limit and the workers pause accepting).
+  static void CheckOpenFileLimit(const Config& config) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    const rlim_t wanted = static_cast<rlim_t>(config.limits.max_connections) * 2 + 256;
+    if (limit.rlim_cur >= wanted) return;
+    rlimit raised = limit;
+    raised.rlim_cur = std::min(wanted, limit.rlim_max);
+    if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+    if (limit.rlim_cur >= wanted) return;
+    fprintf(stderr,
+            "idemgate: warning: the open-file limit (%llu) is below what limits.max_connections "
+            "(%lld) may need (%llu: a client and an upstream connection each, and 256 for the "
+            "store); past it new connections wait. Raise the limit (ulimit -n, LimitNOFILE=) "
+            "or lower limits.max_connections.\n",
+            static_cast<unsigned long long>(limit.rlim_cur),
+            static_cast<long long>(config.limits.max_connections),
+            static_cast<unsigned long long>(wanted));
   }
 
   // SIGHUP: reopen the access log at its path (after logrotate renamed the old file), and

@@ -8,16 +8,23 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "proxy/access_log.h"
 #include "proxy/client_conn.h"
 #include "proxy/exchange.h"
+#include "proxy/log_limit.h"
 #include "proxy/metrics.h"
 
 namespace idemgate {
 
 namespace {
+
+constexpr int64_t kAcceptPauseMinMs = 100;
+constexpr int64_t kAcceptPauseMaxMs = 1'000;
+RateLimitedLog accept_error_log;
+RateLimitedLog max_connections_log;
 
 std::string PeerIp(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "";
@@ -93,6 +100,7 @@ Worker::~Worker() {
   exchanges_.clear();
   dead_conns_.clear();
   dead_exchanges_.clear();
+  accept_pause_ = Timer();  // frees its event while the loop still exists
   listener_.reset();
   upstream_.reset();
   mailbox_ev_.reset();
@@ -136,7 +144,43 @@ bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* err
     *error = "cannot start the listener";
     return false;
   }
+  evconnlistener_set_error_cb(listener_.get(), &Worker::OnAcceptError);
+  accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
   return true;
+}
+
+// accept() failed for a reason retrying at once cannot fix (EMFILE/ENFILE at the descriptor
+// limit, ENOBUFS, ENOMEM): the pending connection stays in the backlog and the listener would
+// fire again at once, spinning the loop. Stop accepting for a while instead, longer each time
+// it keeps failing; connections that close meanwhile free descriptors.
+void Worker::OnAcceptError(evconnlistener* listener, void* arg) {
+  auto* self = static_cast<Worker*>(arg);
+  int err = EVUTIL_SOCKET_ERROR();
+  if (self->metrics_) self->metrics_->AcceptError();
+  self->accept_backoff_ms_ =
+      std::clamp<int64_t>(self->accept_backoff_ms_ * 2, kAcceptPauseMinMs, kAcceptPauseMaxMs);
+  accept_error_log.Write(std::string("accept() failed: ") + strerror(err) +
+                         "; not accepting new connections for " +
+                         std::to_string(self->accept_backoff_ms_) +
+                         " ms (the open-file limit, ulimit -n, must exceed "
+                         "limits.max_connections plus the upstream connections)");
+  evconnlistener_disable(listener);
+  self->accept_pause_.Arm(self->accept_backoff_ms_);
+}
+
+void Worker::ResumeAccepting() {
+  if (!draining_ && listener_) evconnlistener_enable(listener_.get());
+}
+
+// limits.max_connections, counted over every worker: false (and counted) past it.
+bool Worker::AdmitConnection() {
+  int64_t limit = gateway_->Snapshot()->limits.max_connections;
+  if (gateway_->open_connections.fetch_add(1, std::memory_order_relaxed) < limit) return true;
+  gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
+  if (metrics_) metrics_->ConnectionRefused();
+  max_connections_log.Write("limits.max_connections (" + std::to_string(limit) +
+                            ") connections are open; closing new ones at once");
+  return false;
 }
 
 void Worker::Start() {
@@ -169,7 +213,8 @@ void Worker::DrainMailbox() {
 
 void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, void* arg) {
   auto* self = static_cast<Worker*>(arg);
-  if (self->draining_) {
+  self->accept_backoff_ms_ = 0;  // accept() works again
+  if (self->draining_ || !self->AdmitConnection()) {
     close(fd);
     return;
   }
@@ -179,6 +224,7 @@ void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, vo
   if (self->gateway_->server_tls != nullptr) {
     tls = SSL_new(self->gateway_->server_tls);
     if (tls == nullptr) {
+      self->gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
       close(fd);
       return;
     }
@@ -209,6 +255,7 @@ void Worker::RemoveConn(ClientConn* conn) {
   if (it == conns_.end()) return;
   dead_conns_.push_back(std::move(it->second));
   conns_.erase(it);
+  gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
   if (metrics_) metrics_->ConnectionClosed();
   event_active(reaper_.get(), 0, 0);
 }

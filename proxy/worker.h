@@ -66,6 +66,9 @@ class Worker {
 
  private:
   static void OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int len, void* arg);
+  static void OnAcceptError(evconnlistener*, void* arg);
+  void ResumeAccepting();
+  bool AdmitConnection();
   void DrainMailbox();
   void Reap();
   void BeginDrain();
@@ -78,6 +81,8 @@ class Worker {
   EventPtr mailbox_ev_;
   EventPtr reaper_;
   ListenerPtr listener_;
+  Timer accept_pause_;            // re-enables the listener after an accept() error
+  int64_t accept_backoff_ms_ = 0;  // the next pause; grows while accept() keeps failing
   std::unique_ptr<UpstreamPool> upstream_;
   std::thread thread_;
 

@@ -59,6 +59,8 @@ void ExpectDefaults(const Config& c) {
   EXPECT_EQ(c.limits.max_header_bytes, 64u << 10);
   EXPECT_EQ(c.limits.client_timeout_ms, 10'000);
   EXPECT_EQ(c.limits.idle_timeout_ms, 60'000);
+  EXPECT_EQ(c.limits.max_connections, 10'000);
+  EXPECT_EQ(c.limits.max_unsent_bytes, 256u << 20);
   EXPECT_EQ(c.server.workers, 0);
   EXPECT_EQ(c.server.shutdown_grace_ms, 10'000);
   EXPECT_EQ(c.admin.address, "127.0.0.1:9901");
@@ -106,6 +108,8 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "limits.max_header_bytes",
                                          "limits.client_timeout",
                                          "limits.idle_timeout",
+                                         "limits.max_connections",
+                                         "limits.max_unsent_bytes",
                                          "server.workers",
                                          "server.shutdown_grace",
                                          "admin.address",
