@@ -7,6 +7,7 @@
 #include "proxy/access_log.h"
 #include "proxy/client_conn.h"
 #include "proxy/metrics.h"
+#include "proxy/replay_cache.h"
 #include "proxy/worker.h"
 
 namespace idemgate {
@@ -76,6 +77,23 @@ void Exchange::Start() {
 // A read that never waits for the writer: completed records never change until they expire,
 // and a live lease or a different fingerprint is answered the same way Claim would.
 bool Exchange::FastPath() {
+  // [replay cache] A completed record's response, shared by every replay (no copy each).
+  ReplayCache* cache = worker_->gateway().replay_cache;
+  if (cache) {
+    std::optional<CachedReplay> hit =
+        cache->Find(guard_.scope, guard_.key, worker_->gateway().clock->NowMs());
+    if (hit && hit->fingerprint != guard_.fingerprint) {
+      outcome_ = Outcome::kMismatch;
+      RespondMismatch(hit->fingerprint);
+      return true;
+    }
+    if (hit) {
+      outcome_ = Outcome::kReplay;
+      RespondShared(std::move(hit->response), true);
+      return true;
+    }
+    cache_generation_ = cache->generation();  // before the store is read (here or in Claim)
+  }
   LookupResult found =
       worker_->gateway().store->Lookup(guard_.scope, guard_.key, /*memory_only=*/true);
   if (found.outcome != LookupOutcome::kFound) return false;
@@ -87,7 +105,7 @@ bool Exchange::FastPath() {
   }
   if (record.state == RecordState::kCompleted) {
     outcome_ = Outcome::kReplay;
-    Respond(record.response, true);
+    RespondShared(ShareReplay(std::move(found.record)), true);  // [replay cache]
     return true;
   }
   TimeMs now = worker_->gateway().clock->NowMs();
@@ -134,7 +152,7 @@ void Exchange::OnClaim(ClaimResult result) {
       return Forward();
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
-      return Respond(result.record.response, true);
+      return RespondShared(ShareReplay(std::move(result.record)), true);  // [replay cache]
     case ClaimOutcome::kInFlight:
       outcome_ = Outcome::kInFlight;
       return RespondInUse(result.retry_after_s);
@@ -193,7 +211,7 @@ void Exchange::OnUpstream(UpstreamResult result) {
       break;
   }
   if (guarded) return CompleteWith(std::move(response));
-  Respond(response, false);
+  Respond(std::move(response), false);
 }
 
 void Exchange::CompleteWith(StoredResponse response) {
@@ -213,7 +231,7 @@ void Exchange::SendComplete() {
 }
 
 void Exchange::OnComplete(const StoreStatus& status) {
-  if (status.ok()) return Respond(pending_, false);
+  if (status.ok()) return Respond(std::move(pending_), false);
   error_.reset();  // the upstream's error (if any) is not what the client gets
   if (status.code == StoreCode::kStaleClaim) {
     // C3: this attempt was taken over; only the new owner's result may leave the gateway.
@@ -281,13 +299,25 @@ void Exchange::RespondError(ErrorCode code, const std::string& detail) {
 
 // Every exchange ends here, exactly once: counted and logged before the answer leaves (so a
 // client that has its answer also sees it in /metrics), then freed on the next loop turn.
-void Exchange::Respond(const StoredResponse& response, bool replayed) {
-  status_ = response.status;
-  bytes_out_ = response.body.size();
+void Exchange::Respond(StoredResponse response, bool replayed) {
+  RespondShared(std::make_shared<const StoredResponse>(std::move(response)), replayed);
+}
+
+void Exchange::RespondShared(std::shared_ptr<const StoredResponse> response, bool replayed) {
+  status_ = response->status;
+  bytes_out_ = response->body.size();
   RecordFinished();
-  if (conn_) conn_->SendResponse(response, replayed);
+  if (conn_) conn_->SendResponse(std::move(response), replayed);
   conn_ = nullptr;
   worker_->RemoveExchange(this);
+}
+
+// [replay cache] A completed record read from the store, as the response every replay of it
+// shares (cached unless an admin delete came since FastPath read the cache's generation).
+std::shared_ptr<const StoredResponse> Exchange::ShareReplay(Record record) {
+  ReplayCache* cache = worker_->gateway().replay_cache;
+  if (!cache) return std::make_shared<const StoredResponse>(std::move(record.response));
+  return cache->Keep(guard_.scope, guard_.key, std::move(record), cache_generation_);
 }
 
 void Exchange::RecordFinished() {

@@ -56,7 +56,9 @@ class Exchange {
   void RespondInUse(int64_t retry_after_s);
   void RespondMismatch(const Fingerprint& stored);
   void RespondError(ErrorCode code, const std::string& detail = {});
-  void Respond(const StoredResponse& response, bool replayed);
+  void Respond(StoredResponse response, bool replayed);
+  void RespondShared(std::shared_ptr<const StoredResponse> response, bool replayed);
+  std::shared_ptr<const StoredResponse> ShareReplay(Record record);  // [replay cache]
   void RecordFinished();  // metrics and the access log, once per exchange
 
   // Posts a store result back onto this exchange's loop.
@@ -74,6 +76,7 @@ class Exchange {
   // Before the lease ends: the upstream call and the retries of Complete stop here.
   std::chrono::steady_clock::time_point complete_deadline_;
   int64_t complete_backoff_ms_ = 50;
+  uint64_t cache_generation_ = 0;  // [replay cache] read before the store was
   Timer retry_timer_;
   const char* proto_;  // "http" or "https": the client connection's, for X-Forwarded-Proto
   Outcome outcome_ = Outcome::kPassthrough;

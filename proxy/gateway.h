@@ -14,6 +14,8 @@ namespace idemgate {
 
 class AccessLog;
 class Metrics;
+class ReplayCache;
+class UnsentBudget;
 
 struct Gateway {
   // Swapped whole on reload; an exchange keeps the snapshot it started with.
@@ -24,6 +26,8 @@ struct Gateway {
   Metrics* metrics = nullptr;       // may be null
   SSL_CTX* server_tls = nullptr;    // client-facing TLS (listen.tls_cert/tls_key); may be null
   SSL_CTX* upstream_tls = nullptr;  // https upstream; may be null
+  ReplayCache* replay_cache = nullptr;  // completed records' responses, shared; may be null
+  UnsentBudget* unsent = nullptr;       // limits.max_unsent_bytes; may be null
   // Client connections open in every worker (limits.max_connections).
   std::atomic<int64_t> open_connections{0};
 

@@ -23,6 +23,7 @@
 #include "proxy/reload.h"
 #include "proxy/tls.h"
 #include "proxy/metrics.h"
+#include "proxy/replay_cache.h"
 #include "proxy/worker.h"
 #include "store/rocks_store.h"
 
@@ -32,6 +33,9 @@
 
 namespace idemgate {
 namespace {
+
+// Completed responses kept in memory for replays (an entry over a quarter of it is not kept).
+constexpr size_t kReplayCacheBytes = 64 << 20;
 
 constexpr char kUsage[] =
     "usage: idemgate --config FILE          run the gateway\n"
@@ -104,7 +108,11 @@ class Server {
     };
     store_ = OpenRocksStore(options, error);
     if (!store_) return false;
-    gateway_.store = store_.get();
+    caching_store_ = std::make_unique<CachingStore>(store_.get(), &replay_cache_);
+    gateway_.store = caching_store_.get();
+    gateway_.replay_cache = &replay_cache_;
+    gateway_.unsent = &unsent_;
+    metrics_->SetUnsentBytesSource([unsent = &unsent_] { return unsent->bytes(); });
     gateway_.clock = &clock_;
     if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
     // The admin thread first: a failure here leaves no worker thread running.
@@ -258,6 +266,9 @@ class Server {
   Gateway gateway_;
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
+  std::unique_ptr<Store> caching_store_;  // over store_: a delete evicts from replay_cache_
+  ReplayCache replay_cache_{kReplayCacheBytes};
+  UnsentBudget unsent_;  // outlives the workers: their buffers hold its charges
   std::unique_ptr<AccessLog> access_log_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<AdminServer> admin_;

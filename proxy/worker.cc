@@ -25,6 +25,7 @@ constexpr int64_t kAcceptPauseMinMs = 100;
 constexpr int64_t kAcceptPauseMaxMs = 1'000;
 RateLimitedLog accept_error_log;
 RateLimitedLog max_connections_log;
+RateLimitedLog unsent_budget_log;
 
 std::string PeerIp(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "";
@@ -283,6 +284,14 @@ void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, s
   entry.error = code;
   entry.bytes_out = bytes_out;
   log->Write(FormatAccessLine(entry));
+}
+
+void Worker::RecordAnswerDropped() {
+  if (metrics_) metrics_->AnswerDropped();
+  unsent_budget_log.Write("limits.max_unsent_bytes (" +
+                          std::to_string(gateway_->Snapshot()->limits.max_unsent_bytes) +
+                          " bytes) of answers wait for clients that do not read; closing the "
+                          "connections of new answers that do not fit");
 }
 
 void Worker::Reap() {

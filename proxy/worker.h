@@ -63,6 +63,8 @@ class Worker {
   // An error the connection answered itself, before any exchange existed (malformed request,
   // too large, client timeout): counted as rejected and written to the access log.
   void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out);
+  // An answer not queued because of limits.max_unsent_bytes (its connection is closed).
+  void RecordAnswerDropped();
 
  private:
   static void OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int len, void* arg);

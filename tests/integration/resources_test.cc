@@ -55,6 +55,34 @@ double MetricValue(const std::string& text, const std::string& series) {
   return std::strtod(text.c_str() + at + needle.size() - 1, nullptr);
 }
 
+// VmRSS of `pid` in bytes (0 when unreadable).
+int64_t RssBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// A connection that sends `request` and then never reads (a small receive buffer, so the
+// gateway's writes back up at once).
+UniqueFd SendAndNeverRead(uint16_t port, const std::string& request) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int small = 16 << 10;
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  if (send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    return UniqueFd();
+  }
+  return fd;
+}
+
 class ResourcesTest : public GatewayTest {
  protected:
   // Starts the gateway under `ulimit -n <nofile>` (soft and hard), through bash.
@@ -77,6 +105,16 @@ class ResourcesTest : public GatewayTest {
   std::string Scrape() {
     TestClient client(admin_port_);
     return client.Request("GET", "/metrics").body;
+  }
+
+  // Waits until the /metrics series `series` reaches `value`; false after 30 s.
+  bool WaitForMetric(const std::string& series, double value) {
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (MetricValue(Scrape(), series) < value) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
   }
 
   uint16_t admin_port_ = 0;
@@ -182,6 +220,111 @@ TEST_F(ResourcesTest, MaxConnectionsClosesTheNextOneAndCountsIt) {
   }
   HttpResponse after = Post("k-after", "{}");
   EXPECT_EQ(after.status, 201) << after.error;
+}
+
+// RSS bounds mean nothing under ASan/TSan (shadow memory, quarantine).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SKIP_RSS_BOUND_UNDER_SANITIZERS() GTEST_SKIP() << "RSS bounds need a plain build"
+#else
+#define SKIP_RSS_BOUND_UNDER_SANITIZERS() (void)0
+#endif
+
+// 200 clients ask for the replay of one 8 MB stored response and read nothing. The replays
+// share the stored bytes: the answers waiting for them cost one body (unsent_bytes says 8 MB,
+// not 1.6 GB), RSS grows by well under the 1.6 GB 200 copies would take (bound: 96 MiB, room
+// for the one cached copy, the store's own and allocator slack), and a normal client is served.
+TEST_F(ResourcesTest, ReplaysOfOneLargeAnswerShareItsBytes) {
+  SKIP_RSS_BOUND_UNDER_SANITIZERS();
+  constexpr size_t kBody = 8'000'000;
+  constexpr int kClients = 200;
+  upstream_.EnqueueBehavior(UpstreamBehavior::BigBody(kBody));
+  StartWithAdmin();
+  HttpResponse first = Post("k-big", "{}");
+  ASSERT_EQ(first.status, 200) << first.error;
+  ASSERT_EQ(first.body.size(), kBody);
+  int64_t before = RssBytes(gateway_.pid());
+  std::string request = TestClient::BuildRequest(
+      {"POST", "/v1/payment_intents",
+       {{"Authorization", "Bearer merchant-demo"}, {"Idempotency-Key", "k-big"}}, "{}"});
+  std::vector<UniqueFd> readers;
+  for (int i = 0; i < kClients; ++i) {
+    readers.push_back(SendAndNeverRead(port_, request));
+    ASSERT_TRUE(readers.back().valid()) << i;
+  }
+  ASSERT_TRUE(WaitForMetric("idemgate_requests_total{outcome=\"replay\"}", kClients));
+  int64_t after = RssBytes(gateway_.pid());
+  std::string metrics = Scrape();
+  std::cout << "[ RSS      ] before " << before / 1024 << " KiB, with " << kClients
+            << " unread 8 MB replays " << after / 1024 << " KiB; unsent_bytes "
+            << MetricValue(metrics, "idemgate_unsent_bytes") << "\n";
+  EXPECT_LT(after - before, int64_t{96} << 20);
+  EXPECT_LE(MetricValue(metrics, "idemgate_unsent_bytes"), kBody);
+  EXPECT_EQ(MetricValue(metrics, "idemgate_answers_dropped_total{reason=\"max_unsent_bytes\"}"),
+            0);
+  HttpResponse normal = Post("k-normal", "{}");
+  EXPECT_EQ(normal.status, 201) << normal.error;
+  EXPECT_EQ(upstream_.requests(), 2);
+}
+
+// Distinct large answers (passthrough GETs of 4 MB) to 20 clients that read nothing, with
+// limits.max_unsent_bytes = 16MiB: the answers past the budget close their connections (counted)
+// instead of holding 80 MB, and a normal client is still served.
+TEST_F(ResourcesTest, UnsentBudgetClosesConnectionsPastIt) {
+  constexpr size_t kBody = 4 << 20;
+  constexpr int kClients = 20;
+  Set("limits", "max_unsent_bytes", "\"16MiB\"");
+  upstream_.SetBehavior(UpstreamBehavior::BigBody(kBody));
+  StartWithAdmin();
+  std::vector<UniqueFd> readers;
+  for (int i = 0; i < kClients; ++i) {
+    std::string get = "GET /big/" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    readers.push_back(SendAndNeverRead(port_, get));
+    ASSERT_TRUE(readers.back().valid()) << i;
+  }
+  ASSERT_TRUE(WaitForMetric("idemgate_requests_total{outcome=\"passthrough\"}", kClients));
+  std::string metrics = Scrape();
+  double dropped =
+      MetricValue(metrics, "idemgate_answers_dropped_total{reason=\"max_unsent_bytes\"}");
+  std::cout << "[ UNSENT   ] dropped " << dropped << " of " << kClients << ", unsent_bytes "
+            << MetricValue(metrics, "idemgate_unsent_bytes") << "\n";
+  EXPECT_GE(dropped, kClients - 16 / 4);  // at most four 4 MiB answers fit in 16 MiB
+  EXPECT_LE(MetricValue(metrics, "idemgate_unsent_bytes"), 16 << 20);
+  int closed = 0;
+  for (UniqueFd& fd : readers) {  // a dropped client sees its connection end, short
+    char buf[64 << 10];
+    size_t got = 0;
+    timeval tv{0, 200'000};
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t n;
+    while ((n = recv(fd.get(), buf, sizeof(buf), 0)) > 0) got += static_cast<size_t>(n);
+    if (n == 0 && got < kBody) ++closed;
+  }
+  EXPECT_EQ(closed, static_cast<int>(dropped));
+  HttpResponse normal = Post("k-normal", "{}");
+  EXPECT_EQ(normal.status, 200) << normal.error;
+}
+
+// The cached replay of a record goes with the record: after an admin delete the key executes
+// again and its new answer is what retries get.
+TEST_F(ResourcesTest, AdminDeleteEvictsTheCachedReplay) {
+  Set("admin", "token", "\"admin-token\"");
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "first"));
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "second"));
+  StartWithAdmin();
+  ASSERT_EQ(Post("k-del", "{}").body, "first");
+  HttpResponse replay = Post("k-del", "{}");
+  ASSERT_EQ(replay.body, "first");
+  ASSERT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  TestClient admin(admin_port_);
+  HttpResponse deleted = admin.Request(
+      "DELETE", "/records?key=k-del",
+      {{"Authorization", "Bearer admin-token"}, {"X-Idemgate-Credential", "Bearer merchant-demo"}});
+  ASSERT_EQ(deleted.status, 200) << deleted.raw;
+  HttpResponse again = Post("k-del", "{}");
+  EXPECT_EQ(again.body, "second");
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), std::nullopt);
+  EXPECT_EQ(Post("k-del", "{}").body, "second");
+  EXPECT_EQ(upstream_.requests(), 2);
 }
 
 }  // namespace
