@@ -104,9 +104,8 @@ void ParseListen(const Context& ctx, Config::Listen* out) {
 }
 
 SectionReader ParseUpstream(const Context& ctx, Config::Upstream* out) {
-  SectionReader r =
-      ctx.Section("upstream", {"url", "connect_timeout", "response_timeout", "idle_timeout",
-                               "ca_file"});
+  SectionReader r = ctx.Section(
+      "upstream", {"url", "connect_timeout", "response_timeout", "idle_timeout", "ca_file"});
   r.String("url", &out->url);
   std::string why;
   auto url = conf::ParseHttpUrl(out->url, &why);

@@ -26,8 +26,11 @@ struct Gateway {
   Metrics* metrics = nullptr;       // may be null
   SSL_CTX* server_tls = nullptr;    // client-facing TLS (listen.tls_cert/tls_key); may be null
   SSL_CTX* upstream_tls = nullptr;  // https upstream; may be null
-  ReplayCache* replay_cache = nullptr;  // completed records' responses, shared; may be null
-  UnsentBudget* unsent = nullptr;       // limits.max_unsent_bytes; may be null
+
+  // Completed records' responses, shared by every replay; may be null.
+  ReplayCache* replay_cache = nullptr;
+  // The memory held by unsent answers (limits.max_unsent_bytes); may be null.
+  UnsentBudget* unsent = nullptr;
   // Client connections open in every worker (limits.max_connections).
   std::atomic<int64_t> open_connections{0};
 

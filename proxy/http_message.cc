@@ -194,8 +194,7 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed,
 }
 
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
-                                  ConnectionHeader connection, bool head_request,
-                                  bool* send_body) {
+                                  ConnectionHeader connection, bool head_request, bool* send_body) {
   std::string out;
   out.reserve(256);
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");

@@ -24,8 +24,8 @@ class RateLimitedLog {
   const std::chrono::milliseconds interval_;
   mutable std::mutex mu_;
   std::chrono::steady_clock::time_point last_{};  // guarded by mu_
-  bool written_ = false;                           // guarded by mu_
-  uint64_t suppressed_ = 0;                        // guarded by mu_
+  bool written_ = false;                          // guarded by mu_
+  uint64_t suppressed_ = 0;                       // guarded by mu_
 };
 
 }  // namespace idemgate

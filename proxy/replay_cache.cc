@@ -30,9 +30,8 @@ uint64_t ReplayCache::generation() const {
   return generation_;
 }
 
-std::shared_ptr<const StoredResponse> ReplayCache::Keep(const ScopeId& scope,
-                                                        std::string_view key, Record record,
-                                                        uint64_t generation) {
+std::shared_ptr<const StoredResponse> ReplayCache::Keep(const ScopeId& scope, std::string_view key,
+                                                        Record record, uint64_t generation) {
   std::string record_key = MakeRecordKey(scope, key);
   size_t bytes = SizeOf(record_key, record.response);
   auto response = std::make_shared<const StoredResponse>(std::move(record.response));

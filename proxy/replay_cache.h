@@ -59,8 +59,8 @@ class ReplayCache {
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // most recently used first; guarded by mu_
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;  // guarded by mu_
-  size_t bytes_ = 0;                                                    // guarded by mu_
-  uint64_t generation_ = 0;                                             // guarded by mu_
+  size_t bytes_ = 0;                                                   // guarded by mu_
+  uint64_t generation_ = 0;                                            // guarded by mu_
 };
 
 // The store as the gateway sees it: everything goes to `inner`; a delete also evicts from the
@@ -97,7 +97,7 @@ class UnsentBudget {
   struct Pin;
   mutable std::mutex mu_;
   std::unordered_map<const StoredResponse*, std::weak_ptr<Pin>> pins_;  // guarded by mu_
-  uint64_t bytes_ = 0;                                                   // guarded by mu_
+  uint64_t bytes_ = 0;                                                  // guarded by mu_
 };
 
 }  // namespace idemgate

@@ -83,7 +83,7 @@ class Worker {
   EventPtr mailbox_ev_;
   EventPtr reaper_;
   ListenerPtr listener_;
-  Timer accept_pause_;            // re-enables the listener after an accept() error
+  Timer accept_pause_;             // re-enables the listener after an accept() error
   int64_t accept_backoff_ms_ = 0;  // the next pause; grows while accept() keeps failing
   std::unique_ptr<UpstreamPool> upstream_;
   std::thread thread_;

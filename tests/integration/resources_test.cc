@@ -132,9 +132,9 @@ TEST_F(ResourcesTest, SecondInstanceOnTheSameAddressRefusesToStart) {
   std::optional<ExitStatus> status = second.Wait();
   ASSERT_TRUE(status.has_value()) << "the second instance is still running:\n" << second.log();
   EXPECT_TRUE(status->exited() && status->code() != 0) << status->ToString();
-  EXPECT_NE(second.log().find("listen.address 127.0.0.1:" + std::to_string(port_) +
-                              " is already in use"),
-            std::string::npos)
+  EXPECT_NE(
+      second.log().find("listen.address 127.0.0.1:" + std::to_string(port_) + " is already in use"),
+      std::string::npos)
       << second.log();
   for (int i = 0; i < 8; ++i) {  // every connection still reaches the first instance
     HttpResponse r = Post("k-first-" + std::to_string(i), "{}");
@@ -244,8 +244,10 @@ TEST_F(ResourcesTest, ReplaysOfOneLargeAnswerShareItsBytes) {
   ASSERT_EQ(first.body.size(), kBody);
   int64_t before = RssBytes(gateway_.pid());
   std::string request = TestClient::BuildRequest(
-      {"POST", "/v1/payment_intents",
-       {{"Authorization", "Bearer merchant-demo"}, {"Idempotency-Key", "k-big"}}, "{}"});
+      {"POST",
+       "/v1/payment_intents",
+       {{"Authorization", "Bearer merchant-demo"}, {"Idempotency-Key", "k-big"}},
+       "{}"});
   std::vector<UniqueFd> readers;
   for (int i = 0; i < kClients; ++i) {
     readers.push_back(SendAndNeverRead(port_, request));
@@ -259,8 +261,7 @@ TEST_F(ResourcesTest, ReplaysOfOneLargeAnswerShareItsBytes) {
             << MetricValue(metrics, "idemgate_unsent_bytes") << "\n";
   EXPECT_LT(after - before, int64_t{96} << 20);
   EXPECT_LE(MetricValue(metrics, "idemgate_unsent_bytes"), kBody);
-  EXPECT_EQ(MetricValue(metrics, "idemgate_answers_dropped_total{reason=\"max_unsent_bytes\"}"),
-            0);
+  EXPECT_EQ(MetricValue(metrics, "idemgate_answers_dropped_total{reason=\"max_unsent_bytes\"}"), 0);
   HttpResponse normal = Post("k-normal", "{}");
   EXPECT_EQ(normal.status, 201) << normal.error;
   EXPECT_EQ(upstream_.requests(), 2);

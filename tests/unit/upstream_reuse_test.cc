@@ -217,8 +217,8 @@ TEST_F(TlsUpstreamTest, CloseDelimitedAnswerEndedByCloseNotifyIsComplete) {
 // and checks for close_notify itself, so this holds whatever the TLS library.
 TEST_F(TlsUpstreamTest, CloseDelimitedAnswerCutWithoutCloseNotifyIsAFailure) {
   UpstreamResult r = CloseDelimitedCall(/*clean=*/false);
-  EXPECT_EQ(r.error, UpstreamError::kFailed) << "accepted a possibly truncated body: "
-                                             << r.response.body;
+  EXPECT_EQ(r.error, UpstreamError::kFailed)
+      << "accepted a possibly truncated body: " << r.response.body;
 }
 
 }  // namespace
