@@ -181,10 +181,41 @@ void ParseScope(const Context& ctx, Config::Scope* out) {
   ReadPathKey(ctx, r, "secret_file", &out->secret_file, &out->secret);
 }
 
+// [store.postgres]: a libpq connection string without the password (libpq's passfile has it).
+void ParseStorePostgres(const Context& ctx, const toml::node* node, Config::Store::Postgres* out) {
+  SectionReader r(node == nullptr ? nullptr : node->as_table(), "store.postgres", ctx.file,
+                  {"dsn", "connections"});
+  r.RejectUnknownKeys();
+  r.String("dsn", &out->dsn);
+  const std::string& dsn = out->dsn;
+  size_t scheme = dsn.find("://");
+  size_t at = dsn.find('@');
+  if (dsn.find("password") != std::string::npos ||
+      (scheme != std::string::npos && at != std::string::npos &&
+       dsn.find(':', scheme + 3) < at)) {
+    r.Fail("dsn", "must not hold the password; put it in a libpq passfile (PGPASSFILE)");
+  }
+  if (r.Int("connections", &out->connections) &&
+      (out->connections < 1 || out->connections > 256)) {
+    r.Fail("connections", "must be between 1 and 256");
+  }
+}
+
 void ParseStore(const Context& ctx, Config::Store* out) {
-  SectionReader r = ctx.Section("store", {"path", "sync"});
+  SectionReader r = ctx.Section("store", {"backend", "path", "sync", "postgres"});
+  if (r.String("backend", &out->backend) && out->backend != "rocksdb" &&
+      out->backend != "postgres") {
+    r.Fail("backend", "must be \"rocksdb\" or \"postgres\", not \"" + out->backend + "\"");
+  }
   if (r.String("path", &out->path) && out->path.empty()) r.Fail("path", "must not be empty");
   r.Bool("sync", &out->sync);
+  const toml::node* store = ctx.root->get("store");
+  const toml::node* pg = store != nullptr && store->is_table() ? store->as_table()->get("postgres")
+                                                               : nullptr;
+  ParseStorePostgres(ctx, pg, &out->postgres);
+  if (out->backend == "postgres" && out->postgres.dsn.empty()) {
+    r.Fail("backend", "is \"postgres\" but store.postgres.dsn is not set");
+  }
 }
 
 void ParseLimits(const Context& ctx, Config::Limits* out) {

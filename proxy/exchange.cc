@@ -77,7 +77,7 @@ void Exchange::Start() {
 // and a live lease or a different fingerprint is answered the same way Claim would.
 bool Exchange::FastPath() {
   LookupResult found =
-      worker_->gateway().store->Lookup(guard_.scope, guard_.key, /*memory_only=*/true);
+      worker_->gateway().store->Lookup(guard_.scope, guard_.key, LookupMode::kNoWait);
   if (found.outcome != LookupOutcome::kFound) return false;
   const Record& record = found.record;
   if (record.fingerprint != guard_.fingerprint) {
@@ -128,9 +128,8 @@ void Exchange::OnClaim(ClaimResult result) {
       token_ = std::move(result.token);
       // Past the lease a retry may take over: the upstream's answer and its completion must
       // land before that, with a margin for the completion's own synced write.
-      complete_deadline_ = Steady::now() + std::chrono::milliseconds(
-                                               token_.lease_until_ms -
-                                               worker_->gateway().clock->NowMs() - LeaseMarginMs());
+      complete_deadline_ =
+          Steady::now() + std::chrono::milliseconds(token_.lease_left_ms - LeaseMarginMs());
       return Forward();
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;

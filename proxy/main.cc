@@ -22,7 +22,7 @@
 #include "proxy/tls.h"
 #include "proxy/metrics.h"
 #include "proxy/worker.h"
-#include "store/rocks_store.h"
+#include "store/store_factory.h"
 
 #ifndef IDEMGATE_VERSION
 #define IDEMGATE_VERSION "dev"
@@ -88,17 +88,13 @@ class Server {
 
   bool Open(std::string* error) {
     const Config& config = *gateway_.Snapshot();
-    std::error_code ec;
-    std::filesystem::create_directories(config.store.path, ec);
-    RocksStoreOptions options;
-    options.path = config.store.path;
-    options.sync = config.store.sync;
-    options.clock = &clock_;
+    StoreHooks hooks;
+    hooks.clock = &clock_;
     metrics_ = std::make_unique<Metrics>(WorkerCount(config));  // one shard per worker
-    options.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
+    hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
       metrics->ObserveBatchSize(ops);
     };
-    store_ = OpenRocksStore(options, error);
+    store_ = OpenStore(config, hooks, error);
     if (!store_) return false;
     gateway_.store = store_.get();
     gateway_.clock = &clock_;
@@ -188,9 +184,8 @@ class Server {
     for (auto& worker : workers_) worker->Start();
     printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
     fflush(stdout);
-    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s (sync=%s)\n", IDEMGATE_VERSION,
-            count, config.upstream.url.c_str(), config.store.path.c_str(),
-            config.store.sync ? "true" : "false");
+    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s\n", IDEMGATE_VERSION, count,
+            config.upstream.url.c_str(), DescribeStore(config).c_str());
     return true;
   }
 

@@ -251,14 +251,14 @@ TEST_F(RocksStoreTest, MemoryOnlyLookupLeavesDiskReadsToTheWriter) {
   ASSERT_TRUE(CompleteNow(*store_, t, Resp(200, "from disk")).ok());
   ASSERT_TRUE(RocksStoreDb(store_.get())->Flush(rocksdb::FlushOptions()).ok());
   Reopen();  // a new, empty block cache; the record is only in a table file
-  EXPECT_EQ(store_->Lookup(Scope(7), "cold", /*memory_only=*/true).outcome,
+  EXPECT_EQ(store_->Lookup(Scope(7), "cold", LookupMode::kNoWait).outcome,
             LookupOutcome::kNotCached);
-  EXPECT_EQ(store_->Lookup(Scope(7), "absent", /*memory_only=*/true).outcome,
+  EXPECT_EQ(store_->Lookup(Scope(7), "absent", LookupMode::kNoWait).outcome,
             LookupOutcome::kMiss);  // the table's bloom filter answers without I/O
   ClaimResult r = ClaimNow(*store_, Req("cold"));
   EXPECT_EQ(r.outcome, ClaimOutcome::kReplay);
   EXPECT_EQ(r.record.response.body, "from disk");
-  LookupResult cached = store_->Lookup(Scope(7), "cold", /*memory_only=*/true);
+  LookupResult cached = store_->Lookup(Scope(7), "cold", LookupMode::kNoWait);
   EXPECT_EQ(cached.outcome, LookupOutcome::kFound);
   EXPECT_EQ(cached.record.response.body, "from disk");
 }
