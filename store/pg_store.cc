@@ -69,6 +69,11 @@ class PgStore final : public Store, public pg::ConnListener {
     thread_ = std::thread([this] { Run(); });
   }
 
+  // Start-up: new work fails at once while no connection is up, so wait for the first one.
+  bool WaitUntilUp(std::chrono::milliseconds timeout) {
+    return first_up_.get_future().wait_for(timeout) == std::future_status::ready;
+  }
+
   void Claim(ClaimRequest request, ClaimCallback done) override {
     auto op = std::make_unique<Op>();
     op->kind = OpKind::kClaim;
@@ -92,7 +97,7 @@ class PgStore final : public Store, public pg::ConnListener {
     op->kind = OpKind::kComplete;
     op->sql = pg::kCompleteSql;
     op->status_done = std::move(done);
-    if (!TokenParams(op.get(), token)) return FailOp(*op, Stale());
+    if (!TokenParams(op.get(), token)) return FailOp(*op, Closed() ? ShutdownStatus() : Stale());
     op->params.Int(token.attempt);
     op->params.Int(static_cast<int64_t>(token.owner));
     op->params.Int(response.status);
@@ -107,7 +112,7 @@ class PgStore final : public Store, public pg::ConnListener {
     auto op = std::make_unique<Op>();
     op->kind = OpKind::kRelease;
     op->status_done = std::move(done);
-    if (!TokenParams(op.get(), token)) return FailOp(*op, Stale());
+    if (!TokenParams(op.get(), token)) return FailOp(*op, Closed() ? ShutdownStatus() : Stale());
     if (token.attempt <= 1) {
       op->sql = pg::kReleaseFirstSql;
       op->params.Int(static_cast<int64_t>(token.owner));
@@ -169,6 +174,10 @@ class PgStore final : public Store, public pg::ConnListener {
   // ConnListener, on the store's thread.
   void OnUp(pg::Conn*) override {
     if (up_++ == 0) fprintf(stderr, "idemgate store: connected to PostgreSQL\n");
+    if (!announced_up_) {
+      announced_up_ = true;
+      first_up_.set_value();
+    }
     Pump();
   }
 
@@ -190,7 +199,16 @@ class PgStore final : public Store, public pg::ConnListener {
   }
 
  private:
-  static StoreStatus Stale() { return Error(StoreCode::kStaleClaim, "claim was taken over or is gone"); }
+  static StoreStatus Stale() {
+    return Error(StoreCode::kStaleClaim, "claim was taken over or is gone");
+  }
+
+  static StoreStatus ShutdownStatus() { return Error(StoreCode::kShutdown, "the store is closed"); }
+
+  bool Closed() {
+    std::lock_guard lock(mu_);
+    return closing_;
+  }
 
   int64_t Offset() const {
     return options_.clock_offset_ms == nullptr ? 0 : options_.clock_offset_ms->load();
@@ -218,7 +236,7 @@ class PgStore final : public Store, public pg::ConnListener {
         return;
       }
     }
-    FailOp(*op, Error(StoreCode::kShutdown, "the store is closed"));
+    FailOp(*op, ShutdownStatus());
   }
 
   void Requeue(std::unique_ptr<Op> op) {
@@ -255,6 +273,8 @@ class PgStore final : public Store, public pg::ConnListener {
   std::deque<std::unique_ptr<Op>> queue_;    // the store's thread only
   std::vector<std::unique_ptr<pg::Conn>> conns_;
   int up_ = 0;
+  bool announced_up_ = false;
+  std::promise<void> first_up_;
   bool pumping_ = false;
   bool stopping_ = false;
   std::chrono::steady_clock::time_point stop_deadline_;
@@ -422,6 +442,10 @@ std::unique_ptr<Store> OpenPgStore(const PgStoreOptions& options, std::string* e
   if (!pg::PrepareSchema(options.dsn, &records, error)) return nullptr;
   auto store = std::make_unique<PgStore>(options);
   store->Start(records);
+  if (!store->WaitUntilUp(std::chrono::seconds(10))) {
+    *error = "PostgreSQL accepted the schema connection but no store connection came up";
+    return nullptr;
+  }
   return store;
 }
 
