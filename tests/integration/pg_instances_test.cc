@@ -1,0 +1,112 @@
+// SPEC §11 M1/M2: two gateway processes on one PostgreSQL share one set of records.
+#include <gtest/gtest.h>
+
+#include "tests/integration/pg_fixture.h"
+
+namespace idemgate::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_F(PgGatewaysTest, FiftySameKeyRequestsOverTwoInstancesExecuteOnce) {
+  upstream_.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_once"})",
+                                                  {{"Content-Type", "application/json"}})
+                            .WithDelay(300));
+  StartGateway(0);
+  StartGateway(1);
+  std::vector<HttpResponse> answers = PostConcurrently(50, "k-race", R"({"amount":"5"})");
+  EXPECT_EQ(upstream_.requests(), 1);
+  int first = 0, replays = 0, in_use = 0;
+  for (const HttpResponse& r : answers) {
+    if (r.status == 201 && !r.Header("Idempotent-Replayed")) {
+      ++first;
+    } else if (r.status == 201 && r.Header("Idempotent-Replayed") == "true") {
+      ++replays;
+      EXPECT_EQ(r.body, R"({"id":"pi_once"})");
+    } else if (r.status == 409 && ErrorCodeOf(r) == "idempotency_key_in_use") {
+      ++in_use;
+    } else {
+      ADD_FAILURE() << "unexpected answer: " << r.raw << r.error;
+    }
+  }
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(first + replays + in_use, 50);
+}
+
+TEST_F(PgGatewaysTest, ReplayAndMismatchFromTheInstanceThatDidNotExecute) {
+  StartGateway(0);
+  StartGateway(1);
+  HttpResponse made = Post(0, "order-1001", R"({"amount":"5"})");
+  ASSERT_EQ(made.status, 201) << made.raw;
+  HttpResponse replay = Post(1, "order-1001", R"({"amount":"5"})");
+  EXPECT_EQ(replay.status, 201);
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(FirstAnswerBytes(replay.raw), made.raw);  // byte for byte
+  HttpResponse reused = Post(1, "order-1001", R"({"amount":"999"})");
+  EXPECT_EQ(reused.status, 422);
+  EXPECT_EQ(ErrorCodeOf(reused), "idempotency_key_reused");
+  EXPECT_NE(reused.body.find("fingerprint " +
+                             ExpectedFingerprintPrefix("POST", "/v1/payment_intents",
+                                                       R"({"amount":"5"})")),
+            std::string::npos)
+      << reused.body;
+  EXPECT_EQ(upstream_.requests(), 1);
+}
+
+// kill -9 of the instance running an attempt: the other instance answers 409 while the lease
+// lives, then takes over (attempt 2) and executes; afterwards both replay that answer.
+TEST_F(PgGatewaysTest, OtherInstanceTakesOverAfterTheLeaseOfAKilledOne) {
+  Set("upstream", "connect_timeout", "\"100ms\"");
+  Set("upstream", "response_timeout", "\"500ms\"");
+  Set("idempotency", "lease", "\"1s\"");
+  upstream_.EnqueueBehavior(UpstreamBehavior::Act(UpstreamAction::kHang));
+  StartGateway(0);
+  StartGateway(1);
+  std::thread doomed([&] { Post(0, "k-crash", "{}"); });  // its gateway dies under it
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  gateways_[0]->Kill(SIGKILL);
+  gateways_[0]->Wait();
+  doomed.join();
+  HttpResponse early = Post(1, "k-crash", "{}");
+  EXPECT_EQ(early.status, 409) << early.raw;
+  HttpResponse later;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  do {
+    later = Post(1, "k-crash", "{}");
+  } while (later.status == 409 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(later.status, 201) << later.raw;
+  EXPECT_EQ(upstream_.requests(), 2);
+  StartGateway(0);
+  EXPECT_EQ(Post(0, "k-crash", "{}").Header("Idempotent-Replayed"), "true");
+}
+
+// SPEC R3b/M4: while the database is down guarded requests get 503 and nothing goes upstream;
+// once it is back the same gateway (not restarted) serves again, and nothing ran twice.
+TEST_F(PgGatewaysTest, DatabaseDownGives503ThenRecoversWithoutRestart) {
+  StartGateway(0);
+  HttpResponse before = Post(0, "k-before", "{}");
+  ASSERT_EQ(before.status, 201);
+  ASSERT_TRUE(pg_.Stop(0));
+  HttpResponse down;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  do {
+    down = Post(0, "k-down", "{}");
+  } while (down.status != 503 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(down.status, 503) << down.raw;
+  EXPECT_EQ(ErrorCodeOf(down), "store_unavailable");
+  EXPECT_EQ(upstream_.requests(), 1);
+  std::string error;
+  ASSERT_TRUE(pg_.Start(0, &error)) << error;
+  HttpResponse up;
+  deadline = std::chrono::steady_clock::now() + 10s;
+  do {
+    up = Post(0, "k-down", "{}");
+  } while (up.status == 503 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(up.status, 201) << up.raw;
+  EXPECT_EQ(Post(0, "k-before", "{}").Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 2);
+  EXPECT_TRUE(gateways_[0]->running());
+}
+
+}  // namespace
+}  // namespace idemgate::test
