@@ -47,7 +47,10 @@ void Conn::Start() {
 
 void Conn::Watch(short what) {
   evutil_socket_t fd = PQsocket(pg_);
-  if (ev_ != nullptr && fd == ev_fd_ && what == ev_what_) return;
+  // While connecting libpq may close its socket and open another (the next host) that gets the
+  // same number; epoll forgets a closed descriptor, so the event is registered anew each step.
+  bool connecting = state_ == State::kConnecting;
+  if (ev_ != nullptr && fd == ev_fd_ && what == ev_what_ && !connecting) return;
   if (ev_ != nullptr) event_free(ev_);
   ev_ = event_new(base_, fd, what | EV_PERSIST, &Conn::OnEvent, this);
   ev_fd_ = fd;
