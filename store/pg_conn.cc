@@ -61,7 +61,9 @@ void Conn::Watch(short what) {
 void Conn::OnEvent(evutil_socket_t, short what, void* arg) {
   auto* c = static_cast<Conn*>(arg);
   if (c->state_ == State::kConnecting) return c->Poll();
-  if ((what & EV_WRITE) && c->state_ == State::kBusy) c->Flush();
+  if ((what & EV_WRITE) && (c->state_ == State::kBusy || c->state_ == State::kPreparing)) {
+    c->Flush();
+  }
   if ((what & EV_READ) && c->pg_ != nullptr) c->Read();
 }
 
@@ -85,10 +87,25 @@ void Conn::Poll() {
   evtimer_del(timer_);
   if (PQsetnonblocking(pg_, 1) != 0) return Fail(PQerrorMessage(pg_));
   PQsetNoticeReceiver(pg_, &Conn::OnNotice, this);
-  backoff_ms_ = 50;
-  state_ = State::kIdle;
-  Watch(EV_READ);
-  listener_->OnUp(this);
+  state_ = State::kPreparing;
+  prepared_ = 0;
+  PrepareNext();
+}
+
+void Conn::PrepareNext() {
+  const std::vector<Statement>& all = Statements();
+  if (prepared_ == all.size()) {
+    backoff_ms_ = 50;
+    state_ = State::kIdle;
+    Watch(EV_READ);
+    return listener_->OnUp(this);
+  }
+  const Statement& st = all[prepared_];
+  if (!PQsendPrepare(pg_, PreparedName(st.sql), st.sql, static_cast<int>(st.types.size()),
+                     st.types.data())) {
+    return Fail(PQerrorMessage(pg_));
+  }
+  Flush();
 }
 
 void Conn::OnNotice(void* arg, const PGresult* res) {
@@ -106,8 +123,8 @@ void Conn::Send(std::unique_ptr<Op> op) {
   result_.reset();
   Params& p = op_->params;
   p.Finish();
-  if (!PQsendQueryParams(pg_, op_->sql, p.count(), p.types(), p.values(), p.lengths(),
-                         p.formats(), /*resultFormat=*/1)) {
+  if (!PQsendQueryPrepared(pg_, PreparedName(op_->sql), p.count(), p.values(), p.lengths(),
+                           p.formats(), /*resultFormat=*/1)) {
     return Fail(PQerrorMessage(pg_));
   }
   Flush();
@@ -121,7 +138,7 @@ void Conn::Flush() {
 
 void Conn::Read() {
   if (!PQconsumeInput(pg_)) return Fail(PQerrorMessage(pg_));
-  while (state_ == State::kBusy && !PQisBusy(pg_)) {
+  while ((state_ == State::kBusy || state_ == State::kPreparing) && !PQisBusy(pg_)) {
     PGresult* r = PQgetResult(pg_);
     if (r == nullptr) return Finish();
     if (result_ == nullptr) {
@@ -135,6 +152,13 @@ void Conn::Read() {
 
 void Conn::Finish() {
   ResultPtr result = std::move(result_);
+  if (state_ == State::kPreparing) {
+    if (result == nullptr || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+      return Fail(result ? PQresultErrorMessage(result.get()) : "no result to PREPARE");
+    }
+    ++prepared_;
+    return PrepareNext();
+  }
   if (result == nullptr || (PQresultStatus(result.get()) == PGRES_FATAL_ERROR &&
                             IsConnectionError(result.get()))) {
     return Fail(result ? PQresultErrorMessage(result.get()) : "no result");

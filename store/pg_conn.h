@@ -63,7 +63,7 @@ class Conn {
   std::unique_ptr<Op> TakeOp() { return std::move(op_); }  // at shutdown
 
  private:
-  enum class State { kDown, kConnecting, kIdle, kBusy };
+  enum class State { kDown, kConnecting, kPreparing, kIdle, kBusy };
   static void OnEvent(evutil_socket_t fd, short what, void* arg);
   static void OnTimer(evutil_socket_t fd, short what, void* arg);
   static void OnNotice(void* arg, const PGresult* res);
@@ -73,6 +73,7 @@ class Conn {
   void Read();
   void Fail(std::string why);  // closes; reports down if it was up; schedules a reconnect
   void Finish();
+  void PrepareNext();  // kPreparing: the next statement, or up once all are prepared
 
   event_base* base_;
   std::string dsn_;
@@ -87,6 +88,7 @@ class Conn {
   std::unique_ptr<Op> op_;
   ResultPtr result_;
   bool replication_warning_ = false;
+  size_t prepared_ = 0;  // statements prepared on this connection so far
 };
 
 // True for an error that means the connection or the server went away (SQLSTATE 08xxx, 57Pxx,

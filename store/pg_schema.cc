@@ -30,6 +30,7 @@ bool PrepareSchema(const std::string& dsn, uint64_t* records, std::string* error
     return false;
   }
   // Several statements in one string: the simple protocol (PQexec) returns the last result.
+  PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);  // "already exists"
   ResultPtr begin(PQexec(conn.get(), kSchemaBeginSql));
   if (PQresultStatus(begin.get()) != PGRES_TUPLES_OK || PQntuples(begin.get()) != 1) {
     *error = "cannot create the PostgreSQL schema: " + Trim(PQerrorMessage(conn.get()));

@@ -98,6 +98,30 @@ const char* const kCleanupSql =
 const char* const kCountSql =
     "SELECT greatest(reltuples, 0)::int8 FROM pg_class WHERE oid = 'idemgate_records'::regclass";
 
+const std::vector<Statement>& Statements() {
+  constexpr Oid kBytea = 17, kInt8 = 20, kBool = 16;
+  static const std::vector<Statement> all = {
+      {kClaimSql, {kBytea, kBytea, kBytea, kInt8, kInt8, kInt8, kInt8}},
+      {kCompleteSql, {kBytea, kBytea, kInt8, kInt8, kInt8, kBytea, kBytea, kBytea, kBool}},
+      {kReleaseFirstSql, {kBytea, kBytea, kInt8}},
+      {kReleaseTakeoverSql, {kBytea, kBytea, kInt8, kInt8, kInt8}},
+      {kLookupSql, {kBytea, kBytea, kInt8}},
+      {kDeleteSql, {kBytea, kBytea}},
+      {kCleanupSql, {kInt8}},
+      {kCountSql, {}},
+  };
+  return all;
+}
+
+const char* PreparedName(const char* sql) {
+  static const char* const kNames[] = {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"};
+  const std::vector<Statement>& all = Statements();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].sql == sql) return kNames[i];
+  }
+  return nullptr;
+}
+
 namespace {
 
 void PutBe(std::string* out, uint64_t v, int bytes) {

@@ -42,6 +42,15 @@ extern const char* const kDeleteSql;
 extern const char* const kCleanupSql;
 extern const char* const kCountSql;
 
+// Every statement above, prepared on each connection as "s<index>" before it takes work.
+struct Statement {
+  const char* sql;
+  std::vector<Oid> types;
+};
+const std::vector<Statement>& Statements();
+// The prepared name of `sql` (one of the constants above); nullptr for another text.
+const char* PreparedName(const char* sql);
+
 // Parameters of one statement: binary bytea and int8, or text.
 class Params {
  public:

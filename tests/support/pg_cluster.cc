@@ -36,10 +36,9 @@ bool RunningAsRoot() { return geteuid() == 0; }
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 
-// Server settings for tests: small, quick, replication-ready. fsync off: the tests kill
-// processes, never the machine, so the OS page cache keeps what a process wrote.
+// Server settings for tests: quick, replication-ready.
 constexpr const char* kSettings =
-    " -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c shared_buffers=32MB"
+    " -c listen_addresses=127.0.0.1 -c shared_buffers=128MB"
     " -c max_connections=300 -c wal_level=replica -c max_wal_senders=5 -c hot_standby=on"
     " -c log_min_messages=warning";
 
@@ -107,7 +106,8 @@ bool PgCluster::StartPrimary(std::string* error) {
 
 bool PgCluster::StartNode(int node, std::string* error) {
   const Node& n = nodes_.at(node);
-  std::string opts = "-p " + std::to_string(n.port) + " -k " + root_ + kSettings;
+  std::string opts = "-p " + std::to_string(n.port) + " -k " + root_ + kSettings +
+                     (fsync_ ? "" : " -c fsync=off -c full_page_writes=off");
   return Run(bin_ + "/pg_ctl -D " + Quote(n.dir) + " -l " + Quote(n.dir + ".log") +
                  " -w -t 60 -o " + Quote(opts) + " start",
              error);

@@ -18,6 +18,9 @@ class PgCluster {
   PgCluster(const PgCluster&) = delete;
   PgCluster& operator=(const PgCluster&) = delete;
 
+  // Before StartPrimary: fsync on (benchmarks); tests run with fsync off (they kill processes,
+  // never the machine).
+  void set_fsync(bool on) { fsync_ = on; }
   // initdb + start node 0. False with *error (e.g. "no PostgreSQL server binaries ...").
   bool StartPrimary(std::string* error);
   // pg_basebackup from node 0 into a new node, started; returns its index or -1. With
@@ -53,6 +56,7 @@ class PgCluster {
   std::string root_;  // the temp dir (owned by the server's user)
   std::string bin_;
   std::vector<Node> nodes_;
+  bool fsync_ = false;
 };
 
 }  // namespace idemgate::test
