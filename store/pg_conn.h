@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "store/pg_sql.h"
@@ -15,7 +16,9 @@
 
 namespace idemgate::pg {
 
-enum class OpKind { kClaim, kComplete, kRelease, kLookup, kDelete, kCleanup, kCount };
+enum class OpKind {
+  kClaim, kComplete, kRelease, kLookup, kDelete, kCleanup, kCount, kGetMeta, kPutMeta
+};
 
 // One statement and what to do with its result.
 struct Op {
@@ -26,6 +29,7 @@ struct Op {
   ClaimCallback claim_done;
   StatusCallback status_done;
   std::function<void(LookupResult)> lookup_done;
+  std::function<void(StoreStatus, std::optional<std::string>)> meta_done;
   Fingerprint fingerprint{};  // kClaim
   uint64_t owner = 0;         // kClaim
   std::string record_key;     // kClaim

@@ -33,6 +33,7 @@ const char* const kSchemaCreateSql =
     "  lease_until_ms bigint NOT NULL, resp_status int, resp_reason bytea, resp_headers bytea,"
     "  resp_body bytea, PRIMARY KEY (scope_id, idem_key));"
     "CREATE INDEX IF NOT EXISTS idemgate_records_expires ON idemgate_records (expires_ms);"
+    "CREATE TABLE IF NOT EXISTS idemgate_meta (name bytea PRIMARY KEY, value bytea NOT NULL);"
     "COMMIT;";
 
 // One statement: the DO UPDATE always runs, so RETURNING reports the latest committed row,
@@ -95,6 +96,12 @@ const char* const kCleanupSql =
     "   SELECT ctid FROM idemgate_records WHERE expires_ms <= " IDEMGATE_PG_NOW("$1")
     "   AND (SELECT got FROM l) LIMIT 5000))";  // kCleanupBatch
 
+const char* const kGetMetaSql = "SELECT value FROM idemgate_meta WHERE name = $1";
+
+const char* const kPutMetaSql =
+    "INSERT INTO idemgate_meta (name, value) VALUES ($1, $2)"
+    " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value";
+
 const char* const kCountSql =
     "SELECT greatest(reltuples, 0)::int8 FROM pg_class WHERE oid = 'idemgate_records'::regclass";
 
@@ -109,12 +116,14 @@ const std::vector<Statement>& Statements() {
       {kDeleteSql, {kBytea, kBytea}},
       {kCleanupSql, {kInt8}},
       {kCountSql, {}},
+      {kGetMetaSql, {kBytea}},
+      {kPutMetaSql, {kBytea, kBytea}},
   };
   return all;
 }
 
 const char* PreparedName(const char* sql) {
-  static const char* const kNames[] = {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"};
+  static const char* const kNames[] = {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"};
   const std::vector<Statement>& all = Statements();
   for (size_t i = 0; i < all.size(); ++i) {
     if (all[i].sql == sql) return kNames[i];

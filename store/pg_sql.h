@@ -41,6 +41,9 @@ extern const char* const kDeleteSql;
 // $1 clock offset ms. Deletes up to kCleanupBatch expired rows if this instance got the lock.
 extern const char* const kCleanupSql;
 extern const char* const kCountSql;
+// $1 name. / $1 name, $2 value. The start-up settings signature (Store::GetMeta/PutMeta).
+extern const char* const kGetMetaSql;
+extern const char* const kPutMetaSql;
 
 // Every statement above, prepared on each connection as "s<index>" before it takes work.
 struct Statement {

@@ -49,6 +49,8 @@ void FailOp(Op& op, StoreStatus status) {
     LookupResult r;
     r.outcome = LookupOutcome::kError;
     op.lookup_done(std::move(r));
+  } else if (op.meta_done) {
+    op.meta_done(std::move(status), std::nullopt);
   }
 }
 
@@ -148,6 +150,14 @@ class PgStore final : public Store, public pg::ConnListener {
     ScopeKey(op.get(), scope, key);
     op->status_done = std::move(done);
     Submit(std::move(op));
+  }
+
+  StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) override {
+    return Meta(pg::kGetMetaSql, name, std::nullopt, value);
+  }
+
+  StoreStatus PutMeta(std::string_view name, std::string_view value) override {
+    return Meta(pg::kPutMetaSql, name, value, nullptr);
   }
 
   uint64_t ApproximateRecords() override { return records_.load(); }
@@ -255,6 +265,27 @@ class PgStore final : public Store, public pg::ConnListener {
       }
     }
     queue_ = std::move(keep);
+  }
+
+  // Start-up only: blocks the caller until the database answered.
+  StoreStatus Meta(const char* sql, std::string_view name, std::optional<std::string_view> put,
+                   std::optional<std::string>* got) {
+    if (name.empty() || name.size() > kMaxMetaName) {
+      return Error(StoreCode::kIoError, "a meta name is 1 to 16 bytes");
+    }
+    auto op = std::make_unique<Op>();
+    op->kind = put ? OpKind::kPutMeta : OpKind::kGetMeta;
+    op->sql = sql;
+    op->params.Bytes(name);
+    if (put) op->params.Bytes(*put);
+    std::promise<StoreStatus> p;
+    std::future<StoreStatus> f = p.get_future();
+    op->meta_done = [&p, got](StoreStatus s, std::optional<std::string> v) {
+      if (got != nullptr) *got = std::move(v);
+      p.set_value(std::move(s));
+    };
+    Submit(std::move(op));
+    return f.get();
   }
 
   void Deliver(Op& op, PGresult* res);
@@ -415,6 +446,14 @@ void PgStore::Deliver(Op& op, PGresult* res) {
       return op.status_done(affected == 1 || op.retry ? StoreStatus{} : Stale());
     case OpKind::kDelete:
       return op.status_done(StoreStatus{});
+    case OpKind::kGetMeta:
+    case OpKind::kPutMeta: {
+      std::optional<std::string> value;
+      if (PQntuples(res) == 1) {
+        value.emplace(PQgetvalue(res, 0, 0), static_cast<size_t>(PQgetlength(res, 0, 0)));
+      }
+      return op.meta_done(StoreStatus{}, std::move(value));
+    }
     case OpKind::kLookup: {
       LookupResult r;
       r.outcome = LookupOutcome::kMiss;

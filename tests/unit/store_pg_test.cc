@@ -160,5 +160,25 @@ TEST_F(PgStoreTest, ExpiredRowsAreDeletedInTheBackground) {
   EXPECT_EQ(Sql("SELECT convert_from(idem_key, 'UTF8') FROM idemgate_records"), "long");
 }
 
+// The settings signature lives in the database, so every instance sees the one the first wrote.
+TEST_F(PgStoreTest, MetaValuesAreSharedByEveryInstance) {
+  std::string error;
+  auto a = Open(&error);
+  auto b = Open(&error);
+  ASSERT_TRUE(a && b) << error;
+  std::optional<std::string> value;
+  ASSERT_TRUE(b->GetMeta("signature", &value).ok());
+  EXPECT_FALSE(value.has_value());  // never written
+  ASSERT_TRUE(a->PutMeta("signature", std::string("v1\nx=\0y", 7)).ok());
+  ASSERT_TRUE(b->GetMeta("signature", &value).ok());
+  EXPECT_EQ(value, std::string("v1\nx=\0y", 7));
+  ASSERT_TRUE(b->PutMeta("signature", "v2").ok());
+  ASSERT_TRUE(a->GetMeta("signature", &value).ok());
+  EXPECT_EQ(value, "v2");
+  EXPECT_FALSE(a->PutMeta("", "x").ok());
+  EXPECT_FALSE(a->PutMeta(std::string(Store::kMaxMetaName + 1, 'n'), "x").ok());
+  EXPECT_EQ(a->Lookup(Scope(7), "signature", LookupMode::kMayBlock).outcome, LookupOutcome::kMiss);
+}
+
 }  // namespace
 }  // namespace idemgate
