@@ -108,5 +108,25 @@ TEST_F(PgGatewaysTest, DatabaseDownGives503ThenRecoversWithoutRestart) {
   EXPECT_TRUE(gateways_[0]->running());
 }
 
+// Instances that disagree on the scope secret would give one key two scope ids, and execute it
+// twice: the deployment signature in the database refuses the second instance's start.
+TEST_F(PgGatewaysTest, AnInstanceWithAnotherScopeSecretIsRefused) {
+  Set("scope", "secret_file", "\"" + dir_.WriteFile("a.secret", "secret-of-the-fleet") + "\"");
+  StartGateway(0);
+  Set("scope", "secret_file", "\"" + dir_.WriteFile("b.secret", "a-different-secret") + "\"");
+  Set("store.postgres", "dsn", "\"" + pg_.Dsn(0) + "\"");
+  std::string text;
+  for (const auto& [section, keys] : sections_) {
+    text += "[" + section + "]\n";
+    for (const auto& [key, literal] : keys) text += key + " = " + literal + "\n";
+  }
+  GatewayProcess other;
+  ASSERT_TRUE(other.Start(IDEMGATE_BIN, {"--config", dir_.WriteFile("b.toml", text)}));
+  std::optional<ExitStatus> status = other.Wait();
+  ASSERT_TRUE(status && status->exited() && status->code() == 1) << other.log();
+  EXPECT_NE(other.log().find("scope.secret_file"), std::string::npos) << other.log();
+  EXPECT_EQ(Post(0, "k-one", "{}").status, 201);  // the first instance is unaffected
+}
+
 }  // namespace
 }  // namespace idemgate::test
