@@ -48,8 +48,9 @@ class PgGatewaysTest : public ::testing::Test {
     sections_[section][key] = literal;
   }
 
-  // Starts gateway number `i` (0, 1, ...) on `dsn` (default: the primary alone).
-  void StartGateway(size_t i, std::string dsn = "") {
+  // Starts gateway number `i` (0, 1, ...) on `dsn` (default: the primary alone), with `env`
+  // added to its environment.
+  void StartGateway(size_t i, std::string dsn = "", const std::vector<std::string>& env = {}) {
     if (dsn.empty()) dsn = pg_.Dsn(0);
     Set("store", "path", "\"" + dir_.Path("data" + std::to_string(i)) + "\"");
     Set("store.postgres", "dsn", "\"" + dsn + "\"");
@@ -61,7 +62,8 @@ class PgGatewaysTest : public ::testing::Test {
     std::string path = dir_.WriteFile("gw" + std::to_string(i) + ".toml", text);
     while (gateways_.size() <= i) gateways_.push_back(std::make_unique<GatewayProcess>());
     while (ports_.size() <= i) ports_.push_back(0);
-    ASSERT_TRUE(gateways_[i]->Start(IDEMGATE_BIN, {"--config", path})) << gateways_[i]->error();
+    ASSERT_TRUE(gateways_[i]->Start(IDEMGATE_BIN, {"--config", path}, env))
+        << gateways_[i]->error();
     ports_[i] = gateways_[i]->WaitForPort();
     ASSERT_NE(ports_[i], 0) << gateways_[i]->log();
   }

@@ -1,6 +1,9 @@
 // SPEC §11 M1/M2: two gateway processes on one PostgreSQL share one set of records.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <ctime>
+
 #include "tests/integration/pg_fixture.h"
 
 namespace idemgate::test {
@@ -106,6 +109,59 @@ TEST_F(PgGatewaysTest, DatabaseDownGives503ThenRecoversWithoutRestart) {
   EXPECT_EQ(Post(0, "k-before", "{}").Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(upstream_.requests(), 2);
   EXPECT_TRUE(gateways_[0]->running());
+}
+
+// The environment that runs a gateway with its wall clock `seconds` off.
+std::vector<std::string> ClockShifted(int seconds) {
+  return {std::string("LD_PRELOAD=") + CLOCK_SHIFT_LIB,
+          "IDEMGATE_CLOCK_SHIFT_S=" + std::to_string(seconds)};
+}
+
+// SPEC M2: leases are decided on the database's clock. An instance 10 minutes ahead does not
+// take over a live attempt (its own clock says the lease ended long ago), and one 10 minutes
+// behind takes over a dead instance's attempt once the lease ends (not 10 minutes later).
+TEST_F(PgGatewaysTest, InstancesWhoseClocksDisagreeStillAgreeOnLeases) {
+  // The shim really moves a process's wall clock.
+  std::string cmd = "LD_PRELOAD=" + std::string(CLOCK_SHIFT_LIB) +
+                    " IDEMGATE_CLOCK_SHIFT_S=600 date +%s";
+  FILE* date = popen(cmd.c_str(), "r");
+  ASSERT_NE(date, nullptr);
+  long shifted = 0;
+  ASSERT_EQ(fscanf(date, "%ld", &shifted), 1);
+  pclose(date);
+  EXPECT_GE(shifted - time(nullptr), 590);
+
+  Set("upstream", "connect_timeout", "\"100ms\"");
+  Set("upstream", "response_timeout", "\"1s\"");
+  Set("idempotency", "lease", "\"2s\"");
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "slow").WithDelay(800));
+  upstream_.EnqueueBehavior(UpstreamBehavior::Act(UpstreamAction::kHang));
+  StartGateway(0);
+  StartGateway(1, "", ClockShifted(600));
+  StartGateway(2, "", ClockShifted(-600));
+
+  HttpResponse first;
+  std::thread owner([&] { first = Post(0, "k-skew", "{}"); });
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  HttpResponse ahead = Post(1, "k-skew", "{}");
+  EXPECT_EQ(ahead.status, 409) << ahead.raw;  // not a takeover
+  owner.join();
+  EXPECT_EQ(first.status, 201);
+  EXPECT_EQ(Post(1, "k-skew", "{}").Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 1);
+
+  std::thread doomed([&] { Post(0, "k-dead", "{}"); });
+  ASSERT_TRUE(upstream_.WaitForRequests(2));
+  gateways_[0]->Kill(SIGKILL);
+  gateways_[0]->Wait();
+  doomed.join();
+  auto start = std::chrono::steady_clock::now();
+  HttpResponse later;
+  do {
+    later = Post(2, "k-dead", "{}");
+  } while (later.status == 409 && std::chrono::steady_clock::now() - start < 20s);
+  EXPECT_EQ(later.status, 201) << later.raw;  // taken over within the lease, not 10 min later
+  EXPECT_EQ(upstream_.requests(), 3);
 }
 
 // Instances that disagree on the scope secret would give one key two scope ids, and execute it
