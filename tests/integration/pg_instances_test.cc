@@ -111,6 +111,47 @@ TEST_F(PgGatewaysTest, DatabaseDownGives503ThenRecoversWithoutRestart) {
   EXPECT_TRUE(gateways_[0]->running());
 }
 
+// The admin record API of one instance sees and deletes what another stored; /readyz follows
+// the database (503 while it is down, 200 once back, without a restart).
+TEST_F(PgGatewaysTest, AdminApiAndReadinessFollowTheSharedDatabase) {
+  Set("admin", "address", "\"127.0.0.1:0\"");
+  Set("admin", "token", "\"tok\"");
+  StartGateway(0);
+  StartGateway(1);
+  uint16_t admin1 = gateways_[1]->WaitForPort("admin listening on ");
+  ASSERT_NE(admin1, 0) << gateways_[1]->log();
+  auto admin = [&](std::string_view method, std::string_view target) {
+    TestClient client(admin1);
+    return client.Request(method, target,
+                          {{"Authorization", "Bearer tok"},
+                           {"X-Idemgate-Credential", "Bearer merchant-demo"}});
+  };
+  ASSERT_EQ(Post(0, "r-shared", "{}").status, 201);
+  HttpResponse found = admin("GET", "/records?key=r-shared");
+  EXPECT_EQ(found.status, 200) << found.raw;
+  EXPECT_NE(found.body.find("\"state\":\"completed\""), std::string::npos) << found.body;
+  HttpResponse deleted = admin("DELETE", "/records?key=r-shared");
+  EXPECT_EQ(deleted.status, 200) << deleted.raw;
+  HttpResponse again = Post(0, "r-shared", "{}");
+  EXPECT_EQ(again.status, 201);
+  EXPECT_FALSE(again.Header("Idempotent-Replayed"));  // the delete reached the other instance
+  EXPECT_EQ(upstream_.requests(), 2);
+
+  auto ready = [&] { return admin("GET", "/readyz").status; };
+  EXPECT_EQ(ready(), 200);
+  ASSERT_TRUE(pg_.Stop(0));
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (ready() != 503 && std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(ready(), 503);
+  std::string error;
+  ASSERT_TRUE(pg_.Start(0, &error)) << error;
+  deadline = std::chrono::steady_clock::now() + 10s;
+  while (ready() != 200 && std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(ready(), 200);
+}
+
 // The environment that runs a gateway with its wall clock `seconds` off.
 std::vector<std::string> ClockShifted(int seconds) {
   return {std::string("LD_PRELOAD=") + CLOCK_SHIFT_LIB,
