@@ -97,11 +97,24 @@ bool PgCluster::StartPrimary(std::string* error) {
     }
   }
   nodes_.push_back(Node{root_ + "/n0", FreePort()});
-  if (!Run(bin_ + "/initdb -D " + Quote(nodes_[0].dir) + " -U idemgate --auth=trust -N",
-           error)) {
-    return false;
-  }
-  return StartNode(0, error);
+  std::string copy = Template(error);
+  if (copy.empty()) return false;
+  return Run("cp -a " + Quote(copy) + " " + Quote(nodes_[0].dir), error) && StartNode(0, error);
+}
+
+// initdb takes seconds; every cluster starts from a copy of one made once per machine and user.
+std::string PgCluster::Template(std::string* error) const {
+  const std::string path = (fs::temp_directory_path() / ("idemgate-pg-template-" +
+                                                          std::to_string(geteuid()) + "-" +
+                                                          fs::path(bin_).parent_path().filename()
+                                                              .string()))
+                               .string();
+  if (fs::exists(path + "/PG_VERSION")) return path;
+  std::string fresh = root_ + "/template";
+  if (!Run(bin_ + "/initdb -D " + Quote(fresh) + " -U idemgate --auth=trust -N", error)) return "";
+  std::error_code ec;
+  fs::rename(fresh, path, ec);  // another process may have won the race: its copy is as good
+  return fs::exists(path + "/PG_VERSION") ? path : "";
 }
 
 bool PgCluster::StartNode(int node, std::string* error) {

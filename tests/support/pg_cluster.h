@@ -52,6 +52,7 @@ class PgCluster {
   bool Run(const std::string& command, std::string* error) const;  // as the server's user
   pid_t PostmasterPid(int node) const;
   bool StartNode(int node, std::string* error);
+  std::string Template(std::string* error) const;  // a fresh initdb's directory, made once
 
   std::string root_;  // the temp dir (owned by the server's user)
   std::string bin_;
