@@ -115,8 +115,7 @@ void CheckPostgresDsn(const Context&, const SectionReader& r, bool, Config* c) {
   const size_t scheme = dsn.find("://");
   const size_t at = dsn.find('@');
   if (dsn.find("password") != std::string::npos ||
-      (scheme != std::string::npos && at != std::string::npos &&
-       dsn.find(':', scheme + 3) < at)) {
+      (scheme != std::string::npos && at != std::string::npos && dsn.find(':', scheme + 3) < at)) {
     r.Fail("dsn", "must not hold the password; put it in a libpq passfile (PGPASSFILE)");
   }
   if (c->store.backend == "postgres" && dsn.empty()) {

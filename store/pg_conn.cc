@@ -159,8 +159,8 @@ void Conn::Finish() {
     ++prepared_;
     return PrepareNext();
   }
-  if (result == nullptr || (PQresultStatus(result.get()) == PGRES_FATAL_ERROR &&
-                            IsConnectionError(result.get()))) {
+  if (result == nullptr ||
+      (PQresultStatus(result.get()) == PGRES_FATAL_ERROR && IsConnectionError(result.get()))) {
     return Fail(result ? PQresultErrorMessage(result.get()) : "no result");
   }
   state_ = State::kIdle;

@@ -17,7 +17,15 @@
 namespace idemgate::pg {
 
 enum class OpKind {
-  kClaim, kComplete, kRelease, kLookup, kDelete, kCleanup, kCount, kGetMeta, kPutMeta
+  kClaim,
+  kComplete,
+  kRelease,
+  kLookup,
+  kDelete,
+  kCleanup,
+  kCount,
+  kGetMeta,
+  kPutMeta
 };
 
 // One statement and what to do with its result.
@@ -63,7 +71,7 @@ class Conn {
   void Start();  // begins connecting; reconnects by itself after a failure, with backoff
   bool up() const { return state_ == State::kIdle || state_ == State::kBusy; }
   bool idle() const { return state_ == State::kIdle; }
-  void Send(std::unique_ptr<Op> op);  // only when idle()
+  void Send(std::unique_ptr<Op> op);                       // only when idle()
   std::unique_ptr<Op> TakeOp() { return std::move(op_); }  // at shutdown
 
  private:

@@ -25,12 +25,13 @@ std::string Trim(std::string s) {
 bool PrepareSchema(const std::string& dsn, uint64_t* records, std::string* error) {
   std::unique_ptr<PGconn, ConnDeleter> conn(PQconnectdb(dsn.c_str()));
   if (PQstatus(conn.get()) != CONNECTION_OK) {
-    *error = "cannot connect to PostgreSQL (store.postgres.dsn): " +
-             Trim(PQerrorMessage(conn.get()));
+    *error =
+        "cannot connect to PostgreSQL (store.postgres.dsn): " + Trim(PQerrorMessage(conn.get()));
     return false;
   }
   // Several statements in one string: the simple protocol (PQexec) returns the last result.
-  PQsetNoticeProcessor(conn.get(), [](void*, const char*) {}, nullptr);  // "already exists"
+  PQsetNoticeProcessor(
+      conn.get(), [](void*, const char*) {}, nullptr);  // "already exists"
   ResultPtr begin(PQexec(conn.get(), kSchemaBeginSql));
   if (PQresultStatus(begin.get()) != PGRES_TUPLES_OK || PQntuples(begin.get()) != 1) {
     *error = "cannot create the PostgreSQL schema: " + Trim(PQerrorMessage(conn.get()));

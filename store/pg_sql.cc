@@ -13,7 +13,7 @@ namespace idemgate::pg {
 
 #define IDEMGATE_PG_ROW(t)                                                                    \
   t ".state::int2, " t ".attempt::int4, " t ".owner, " t ".fingerprint, " t ".created_ms, " t \
-    ".expires_ms, " t ".lease_until_ms, coalesce(" t ".resp_status, 0)::int4, coalesce(" t   \
+    ".expires_ms, " t ".lease_until_ms, coalesce(" t ".resp_status, 0)::int4, coalesce(" t    \
     ".resp_reason, ''::bytea), coalesce(" t ".resp_headers, ''::bytea), coalesce(" t          \
     ".resp_body, ''::bytea)"
 
@@ -93,8 +93,8 @@ const char* const kDeleteSql = "DELETE FROM idemgate_records WHERE scope_id = $1
 const char* const kCleanupSql =
     "WITH l AS (SELECT pg_try_advisory_xact_lock(33140126138370) AS got)"  // kCleanupLockKey
     " DELETE FROM idemgate_records WHERE ctid = ANY (ARRAY("
-    "   SELECT ctid FROM idemgate_records WHERE expires_ms <= " IDEMGATE_PG_NOW("$1")
-    "   AND (SELECT got FROM l) LIMIT 5000))";  // kCleanupBatch
+    "   SELECT ctid FROM idemgate_records WHERE expires_ms <= " IDEMGATE_PG_NOW(
+        "$1") "   AND (SELECT got FROM l) LIMIT 5000))";  // kCleanupBatch
 
 const char* const kGetMetaSql = "SELECT value FROM idemgate_meta WHERE name = $1";
 

@@ -41,7 +41,7 @@ enum class ClaimOutcome {
 struct ClaimToken {
   std::string record_key;  // MakeRecordKey(scope, key)
   uint32_t attempt = 0;
-  uint64_t owner = 0;          // random per attempt
+  uint64_t owner = 0;  // random per attempt
   // How long the lease had left when the store answered: a duration, because the store's clock
   // (a database's) is not the caller's. A retry may take this attempt over once it has passed.
   TimeMs lease_left_ms = 0;
@@ -58,9 +58,9 @@ struct ClaimRequest {
 struct ClaimResult {
   StoreStatus status;  // when !status.ok(), nothing else is meaningful and nothing was written
   ClaimOutcome outcome = ClaimOutcome::kFresh;
-  ClaimToken token;            // kFresh, kTakeover
-  Record record;               // kReplay, kMismatch (and kInFlight, for information)
-  int64_t retry_after_s = 0;   // kInFlight
+  ClaimToken token;           // kFresh, kTakeover
+  Record record;              // kReplay, kMismatch (and kInFlight, for information)
+  int64_t retry_after_s = 0;  // kInFlight
 };
 
 enum class LookupOutcome {

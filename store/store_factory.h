@@ -21,8 +21,7 @@ struct StoreHooks {
 
 // "rocksdb" (creates store.path) or "postgres" (connects, creates the schema). On failure returns
 // nullptr and sets *error.
-std::unique_ptr<Store> OpenStore(const Config& config, const StoreHooks& hooks,
-                                 std::string* error);
+std::unique_ptr<Store> OpenStore(const Config& config, const StoreHooks& hooks, std::string* error);
 
 // A one-line description for the start-up log.
 std::string DescribeStore(const Config& config);

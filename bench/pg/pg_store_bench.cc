@@ -86,18 +86,19 @@ std::string PgbenchScript() {
                                             {"$5", "30000"},
                                             {"$6", "86400000"},
                                             {"$7", "0"}});
-  std::string complete = subst(
-      pg::kCompleteSql,
-      {{"$1", scope},
-       {"$2", key},
-       {"$3", "1"},
-       {"$4", ":k"},
-       {"$5", "201"},
-       {"$6", "'Created'::bytea"},
-       {"$7", "'\\x0000000c436f6e74656e742d5479706500000010617070'::bytea"},
-       {"$8", "convert_to('{\"id\":\"pay_123456789\",\"amount\":1000,\"currency\":\"EUR\"}', "
+  std::string complete =
+      subst(pg::kCompleteSql,
+            {{"$1", scope},
+             {"$2", key},
+             {"$3", "1"},
+             {"$4", ":k"},
+             {"$5", "201"},
+             {"$6", "'Created'::bytea"},
+             {"$7", "'\\x0000000c436f6e74656e742d5479706500000010617070'::bytea"},
+             {"$8",
+              "convert_to('{\"id\":\"pay_123456789\",\"amount\":1000,\"currency\":\"EUR\"}', "
               "'UTF8')"},
-       {"$9", "false"}});
+             {"$9", "false"}});
   return "\\set k random(1, 9000000000000000000)\n" + claim + ";\n" + complete + ";\n";
 }
 
@@ -107,8 +108,8 @@ double PgbenchPairsPerSecond(const test::PgCluster& pg, int clients, int seconds
   std::ofstream(script) << PgbenchScript();
   std::string cmd = test::PgCluster::BinDir() + "/pgbench -n -M prepared -h 127.0.0.1 -p " +
                     std::to_string(pg.port(0)) + " -U idemgate -c " + std::to_string(clients) +
-                    " -j 2 -T " + std::to_string(seconds) + " -f " + script + " postgres >" +
-                    out + " 2>&1";
+                    " -j 2 -T " + std::to_string(seconds) + " -f " + script + " postgres >" + out +
+                    " 2>&1";
   int rc = std::system(cmd.c_str());
   std::ifstream in(out);
   std::string line;
@@ -137,8 +138,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   printf("PostgreSQL %s, fsync on, synchronous_commit on, %u cores, %d s per row\n",
-         standby ? "+ synchronous standby" : "alone", std::thread::hardware_concurrency(),
-         seconds);
+         standby ? "+ synchronous standby" : "alone", std::thread::hardware_concurrency(), seconds);
   printf("| callers | PgStore pairs/s | pgbench pairs/s | ratio |\n|---:|---:|---:|---:|\n");
   for (int callers : {1, 16, 64}) {
     PgStoreOptions o;

@@ -33,8 +33,8 @@ class PgGatewaysTest : public ::testing::Test {
     std::string error;
     ASSERT_TRUE(pg_.StartPrimary(&error)) << error;
     ASSERT_TRUE(upstream_.Start());
-    upstream_.SetBehavior(UpstreamBehavior::Respond(
-        201, R"({"id":"pi_1","state":"created"})", {{"Content-Type", "application/json"}}));
+    upstream_.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_1","state":"created"})",
+                                                    {{"Content-Type", "application/json"}}));
     Set("listen", "address", "\"127.0.0.1:0\"");
     Set("upstream", "url", "\"http://127.0.0.1:" + std::to_string(upstream_.port()) + "\"");
     Set("store", "backend", "\"postgres\"");
@@ -93,8 +93,8 @@ class PgGatewaysTest : public ::testing::Test {
         }
         HeaderList headers = kMerchant;
         headers.emplace_back("Idempotency-Key", std::string(key));
-        out[j] = client.Request("POST", "/v1/payment_intents", headers, body,
-                                std::chrono::seconds(20));
+        out[j] =
+            client.Request("POST", "/v1/payment_intents", headers, body, std::chrono::seconds(20));
       });
     }
     for (auto& t : threads) t.join();

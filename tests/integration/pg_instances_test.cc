@@ -12,9 +12,9 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST_F(PgGatewaysTest, FiftySameKeyRequestsOverTwoInstancesExecuteOnce) {
-  upstream_.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_once"})",
-                                                  {{"Content-Type", "application/json"}})
-                            .WithDelay(300));
+  upstream_.SetBehavior(
+      UpstreamBehavior::Respond(201, R"({"id":"pi_once"})", {{"Content-Type", "application/json"}})
+          .WithDelay(300));
   StartGateway(0);
   StartGateway(1);
   std::vector<HttpResponse> answers = PostConcurrently(50, "k-race", R"({"amount":"5"})");
@@ -48,10 +48,10 @@ TEST_F(PgGatewaysTest, ReplayAndMismatchFromTheInstanceThatDidNotExecute) {
   HttpResponse reused = Post(1, "order-1001", R"({"amount":"999"})");
   EXPECT_EQ(reused.status, 422);
   EXPECT_EQ(ErrorCodeOf(reused), "idempotency_key_reused");
-  EXPECT_NE(reused.body.find("fingerprint " +
-                             ExpectedFingerprintPrefix("POST", "/v1/payment_intents",
-                                                       R"({"amount":"5"})")),
-            std::string::npos)
+  EXPECT_NE(
+      reused.body.find("fingerprint " + ExpectedFingerprintPrefix("POST", "/v1/payment_intents",
+                                                                  R"({"amount":"5"})")),
+      std::string::npos)
       << reused.body;
   EXPECT_EQ(upstream_.requests(), 1);
 }
@@ -122,9 +122,9 @@ TEST_F(PgGatewaysTest, AdminApiAndReadinessFollowTheSharedDatabase) {
   ASSERT_NE(admin1, 0) << gateways_[1]->log();
   auto admin = [&](std::string_view method, std::string_view target) {
     TestClient client(admin1);
-    return client.Request(method, target,
-                          {{"Authorization", "Bearer tok"},
-                           {"X-Idemgate-Credential", "Bearer merchant-demo"}});
+    return client.Request(
+        method, target,
+        {{"Authorization", "Bearer tok"}, {"X-Idemgate-Credential", "Bearer merchant-demo"}});
   };
   ASSERT_EQ(Post(0, "r-shared", "{}").status, 201);
   HttpResponse found = admin("GET", "/records?key=r-shared");
@@ -163,8 +163,8 @@ std::vector<std::string> ClockShifted(int seconds) {
 // behind takes over a dead instance's attempt once the lease ends (not 10 minutes later).
 TEST_F(PgGatewaysTest, InstancesWhoseClocksDisagreeStillAgreeOnLeases) {
   // The shim really moves a process's wall clock.
-  std::string cmd = "LD_PRELOAD=" + std::string(CLOCK_SHIFT_LIB) +
-                    " IDEMGATE_CLOCK_SHIFT_S=600 date +%s";
+  std::string cmd =
+      "LD_PRELOAD=" + std::string(CLOCK_SHIFT_LIB) + " IDEMGATE_CLOCK_SHIFT_S=600 date +%s";
   FILE* date = popen(cmd.c_str(), "r");
   ASSERT_NE(date, nullptr);
   long shifted = 0;

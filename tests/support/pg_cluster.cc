@@ -79,8 +79,9 @@ bool PgCluster::Run(const std::string& command, std::string* error) const {
 bool PgCluster::StartPrimary(std::string* error) {
   bin_ = BinDir();
   if (bin_.empty()) {
-    *error = "no PostgreSQL server binaries under /usr/lib/postgresql (apt-get install "
-             "postgresql; scripts/test installs it)";
+    *error =
+        "no PostgreSQL server binaries under /usr/lib/postgresql (apt-get install "
+        "postgresql; scripts/test installs it)";
     return false;
   }
   std::string tmpl = (fs::temp_directory_path() / "idemgate-pg-XXXXXX").string();
@@ -104,11 +105,10 @@ bool PgCluster::StartPrimary(std::string* error) {
 
 // initdb takes seconds; every cluster starts from a copy of one made once per machine and user.
 std::string PgCluster::Template(std::string* error) const {
-  const std::string path = (fs::temp_directory_path() / ("idemgate-pg-template-" +
-                                                          std::to_string(geteuid()) + "-" +
-                                                          fs::path(bin_).parent_path().filename()
-                                                              .string()))
-                               .string();
+  const std::string path =
+      (fs::temp_directory_path() / ("idemgate-pg-template-" + std::to_string(geteuid()) + "-" +
+                                    fs::path(bin_).parent_path().filename().string()))
+          .string();
   if (fs::exists(path + "/PG_VERSION")) return path;
   std::string fresh = root_ + "/template";
   if (!Run(bin_ + "/initdb -D " + Quote(fresh) + " -U idemgate --auth=trust -N", error)) return "";
@@ -154,8 +154,9 @@ int PgCluster::AddStandby(bool synchronous, std::string* error) {
   std::string want = synchronous ? "sync" : "async";
   for (int i = 0; i < 600; ++i) {
     std::string state;
-    if (Exec(0, "SELECT sync_state FROM pg_stat_replication WHERE application_name = '" + name +
-                    "' AND state = 'streaming'",
+    if (Exec(0,
+             "SELECT sync_state FROM pg_stat_replication WHERE application_name = '" + name +
+                 "' AND state = 'streaming'",
              &state, error) &&
         state == want) {
       return index;
@@ -224,8 +225,7 @@ std::string PgCluster::MultiHostDsn() const {
          " user=idemgate dbname=postgres target_session_attrs=read-write";
 }
 
-bool PgCluster::Exec(int node, const std::string& sql, std::string* out,
-                     std::string* error) const {
+bool PgCluster::Exec(int node, const std::string& sql, std::string* out, std::string* error) const {
   PGconn* c = PQconnectdb(Dsn(node).c_str());
   bool ok = PQstatus(c) == CONNECTION_OK;
   if (ok) {

@@ -33,11 +33,11 @@ class PgCluster {
   // ...or every node, with target_session_attrs=read-write (libpq finds the primary).
   std::string MultiHostDsn() const;
 
-  bool Kill9(int node);                         // the postmaster and all its children
-  bool Stop(int node);                          // pg_ctl -m fast stop
-  bool Start(int node, std::string* error);     // pg_ctl start (after Stop or Kill9)
-  bool Promote(int node, std::string* error);   // pg_ctl promote, waits until it accepts writes
-  pid_t WalReceiverPid(int node) const;         // the standby's walreceiver, 0 if none
+  bool Kill9(int node);                        // the postmaster and all its children
+  bool Stop(int node);                         // pg_ctl -m fast stop
+  bool Start(int node, std::string* error);    // pg_ctl start (after Stop or Kill9)
+  bool Promote(int node, std::string* error);  // pg_ctl promote, waits until it accepts writes
+  pid_t WalReceiverPid(int node) const;        // the standby's walreceiver, 0 if none
 
   // Runs `sql` on `node`; the first column of the first row into *out (when not null).
   bool Exec(int node, const std::string& sql, std::string* out, std::string* error) const;

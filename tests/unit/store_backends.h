@@ -74,7 +74,8 @@ class PgBackend final : public Backend {
   std::unique_ptr<Store> Open(bool fresh) override {
     std::string error;
     idemgate::test::PgCluster& pg = SharedPg();
-    if (fresh) pg.Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema", nullptr, &error);
+    if (fresh)
+      pg.Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema", nullptr, &error);
     PgStoreOptions o;
     o.dsn = pg.Dsn(0);
     o.connections = 8;

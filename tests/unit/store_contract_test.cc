@@ -65,8 +65,8 @@ class StoreContract : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<Store> store_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, StoreContract,
-                         ::testing::Values(Kind::kRocks, Kind::kPostgres), KindName);
+INSTANTIATE_TEST_SUITE_P(Backends, StoreContract, ::testing::Values(Kind::kRocks, Kind::kPostgres),
+                         KindName);
 
 // The PostgreSQL clock keeps running during a test: time assertions allow this much of it.
 constexpr TimeMs kSlack = 2'000;

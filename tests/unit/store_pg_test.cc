@@ -133,9 +133,8 @@ TEST_F(PgStoreTest, FailsClosedWhileTheDatabaseIsDownAndRecoversByItself) {
   ClaimResult before = ClaimNow(*store, Req("before"));
   ASSERT_EQ(before.outcome, ClaimOutcome::kFresh);
   ASSERT_TRUE(SharedPg().Stop(0));
-  ASSERT_TRUE(Eventually([&] {
-    return ClaimNow(*store, Req("down")).status.code == StoreCode::kIoError;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return ClaimNow(*store, Req("down")).status.code == StoreCode::kIoError; }));
   EXPECT_EQ(CompleteNow(*store, before.token, Resp(200, "x")).code, StoreCode::kIoError);
   EXPECT_EQ(store->Lookup(Scope(7), "before", LookupMode::kMayBlock).outcome,
             LookupOutcome::kError);
