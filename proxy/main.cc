@@ -26,7 +26,7 @@
 #include "proxy/metrics.h"
 #include "proxy/replay_cache.h"
 #include "proxy/worker.h"
-#include "store/rocks_store.h"
+#include "store/store_factory.h"
 
 #ifndef IDEMGATE_VERSION
 #define IDEMGATE_VERSION "dev"
@@ -103,17 +103,13 @@ class Server {
     const Config& config = *gateway_.Snapshot();
     // Before the store is opened or created: a second instance must not touch anything.
     if (!CheckListenAddressFree(config.listen.addr, error)) return false;
-    std::error_code ec;
-    std::filesystem::create_directories(config.store.path, ec);
-    RocksStoreOptions options;
-    options.path = config.store.path;
-    options.sync = config.store.sync;
-    options.clock = &clock_;
+    StoreHooks hooks;
+    hooks.clock = &clock_;
     metrics_ = std::make_unique<Metrics>(WorkerCount(config));  // one shard per worker
-    options.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
+    hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
       metrics->ObserveBatchSize(ops);
     };
-    store_ = OpenRocksStore(options, error);
+    store_ = OpenStore(config, hooks, error);
     if (!store_) return false;
     // Before any loop runs: settings that would remap live records need the operator's consent.
     std::string note;
@@ -214,9 +210,8 @@ class Server {
     for (auto& worker : workers_) worker->Start();
     printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
     fflush(stdout);
-    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s (sync=%s)\n", IDEMGATE_VERSION,
-            count, config.upstream.url.c_str(), config.store.path.c_str(),
-            config.store.sync ? "true" : "false");
+    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s\n", IDEMGATE_VERSION, count,
+            config.upstream.url.c_str(), DescribeStore(config).c_str());
     return true;
   }
 
