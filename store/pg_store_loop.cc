@@ -150,6 +150,7 @@ void PgStore::Deliver(Op& op, PGresult* res) {
       if (PQntuples(res) == 1) {
         r.outcome =
             pg::DecodeRow(res, 0, &r.record, &now) ? LookupOutcome::kFound : LookupOutcome::kError;
+        r.now_ms = now;
       }
       return op.lookup_done(std::move(r));
     }

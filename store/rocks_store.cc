@@ -181,7 +181,8 @@ LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, Look
       return out;
     }
     rocksdb::ReadOptions read;
-    if (mode == LookupMode::kNoWait) read.read_tier = rocksdb::kBlockCacheTier;  // memtables + block cache only
+    // kNoWait: memtables and block cache only
+    if (mode == LookupMode::kNoWait) read.read_tier = rocksdb::kBlockCacheTier;
     rocksdb::Status s = db_->Get(read, MakeRecordKey(scope, key), &value);
     if (s.IsNotFound()) return out;
     if (s.IsIncomplete()) {
@@ -194,9 +195,10 @@ LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, Look
     }
   }
   std::optional<Record> record = DecodeRecord(value);
+  out.now_ms = clock_->NowMs();
   if (!record.has_value()) {
     out.outcome = LookupOutcome::kError;
-  } else if (!record->ExpiredAt(clock_->NowMs())) {
+  } else if (!record->ExpiredAt(out.now_ms)) {
     out.outcome = LookupOutcome::kFound;
     out.record = std::move(*record);
   }

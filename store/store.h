@@ -79,6 +79,9 @@ enum class LookupMode {
 struct LookupResult {
   LookupOutcome outcome = LookupOutcome::kMiss;
   Record record;
+  // kFound: the store's clock when it answered; compare the record's times (lease, expiry) with
+  // this, never with the caller's clock (a database's clock differs from the gateway's).
+  TimeMs now_ms = 0;
 };
 
 // Callbacks run on the store's own thread. They must be quick and must not block; the gateway

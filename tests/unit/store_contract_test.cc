@@ -110,7 +110,12 @@ TEST_P(StoreContract, InFlightLiveLeaseGivesSecondsLeftRoundedUp) {
   Advance(19'000);  // 500 ms left
   r = ClaimNow(*store_, Req("k", 1, 30'000));
   EXPECT_EQ(r.outcome, ClaimOutcome::kInFlight);
-  EXPECT_EQ(r.retry_after_s, 1);
+  EXPECT_EQ(r.retry_after_s,
+            1);  // A lookup's record times are on the store's clock, and so is its now_ms.
+  LookupResult found = store_->Lookup(Scope(7), "k", LookupMode::kMayBlock);
+  ASSERT_EQ(found.outcome, LookupOutcome::kFound);
+  EXPECT_GT(found.record.lease_until_ms - found.now_ms, 0);
+  EXPECT_LE(found.record.lease_until_ms - found.now_ms, 500);
 }
 
 TEST_P(StoreContract, InFlightExpiredLeaseIsTakenOver) {
