@@ -395,6 +395,7 @@ void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const 
                                bool force) {
   LookupResult found = gateway_->store->Lookup(scope, key);
   if (found.outcome == LookupOutcome::kMiss) {
+    LogDelete(req, scope, key, "none", force, "not_found");
     return ReplyError(req, 404, "Not Found", "not_found", "No live record for this key.");
   }
   const bool readable = found.outcome == LookupOutcome::kFound;

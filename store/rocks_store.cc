@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "store/claim_rules.h"
-#include "store/meta_key.h"
+#include "store/meta_file.h"
 #include "store/rocks_options.h"
 #include "store/rocks_store_internal.h"
 #include "store/ttl_filter.h"
@@ -214,33 +214,13 @@ uint64_t RocksStore::ApproximateRecords() {
   return records_estimate_;
 }
 
-// Start-up only (see store.h); keys and values encoded by meta_key.h.
+// Start-up only (see store.h): files beside the database (meta_file.h).
 StoreStatus RocksStore::GetMeta(std::string_view name, std::optional<std::string>* value) {
-  std::optional<std::string> key = MetaKey(name);
-  if (!key) return {StoreCode::kIoError, "bad meta name"};
-  std::shared_lock lock(db_mu_);
-  if (!db_) return {StoreCode::kShutdown, "store is closed"};
-  std::string raw;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), *key, &raw);
-  value->reset();
-  if (s.IsNotFound()) return {};
-  if (!s.ok()) return MapStatus(s);
-  *value = DecodeMetaValue(raw);
-  if (!value->has_value()) return {StoreCode::kCorruption, "bad meta value"};
-  return {};
+  return ReadMetaFile(path_, name, value);
 }
 
 StoreStatus RocksStore::PutMeta(std::string_view name, std::string_view value) {
-  std::optional<std::string> key = MetaKey(name);
-  if (!key) return {StoreCode::kIoError, "bad meta name"};
-  std::shared_lock lock(db_mu_);
-  if (!db_) return {StoreCode::kShutdown, "store is closed"};
-  rocksdb::WriteOptions sync;
-  sync.sync = true;
-  rocksdb::Status s = db_->Put(sync, *key, EncodeMetaValue(value));
-  // Into a table file at once: the records' write-ahead log then starts empty, as without it.
-  if (s.ok()) s = db_->Flush(rocksdb::FlushOptions());
-  return MapStatus(s);
+  return WriteMetaFile(path_, name, value);
 }
 
 void RocksStore::Close() {

@@ -116,8 +116,8 @@ class Store {
   virtual void Delete(const ScopeId& scope, std::string key, StatusCallback done) = 0;
 
   // Start-up only, before any worker loop runs (these block the caller until durable): small
-  // named values kept beside the records (the settings signature), never expired, never seen as
-  // a record. `name` is short (at most kMaxMetaName bytes). A missing name gives nullopt.
+  // named values kept with the records (the settings signature), never expired, never seen as a
+  // record. `name`: at most kMaxMetaName bytes of [a-z0-9_-]. A missing name gives nullopt.
   static constexpr size_t kMaxMetaName = 16;
   virtual StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) = 0;
   virtual StoreStatus PutMeta(std::string_view name, std::string_view value) = 0;

@@ -169,6 +169,7 @@ TEST_F(RecordApiTest, DeleteOfALiveAttemptNeedsForce) {
   EXPECT_EQ(replay.status, 201);
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(Records("DELETE", "key=r-stuck-never", Auth(kToken)).status, 404);
+  EXPECT_TRUE(gateway_.WaitForOutput("state=none forced=false result=not_found"));
 }
 
 // An in-flight record whose lease ran out (the gateway crashed mid-attempt) is not deleted without

@@ -2,8 +2,10 @@
 // filter, and never seen as a record.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "store/clock.h"
-#include "store/meta_key.h"
+#include "store/meta_file.h"
 #include "store/record.h"
 #include "store/rocks_store.h"
 #include "store/rocks_store_internal.h"
@@ -46,46 +48,36 @@ TEST(StoreMeta, RoundTripSurvivesReopenAndCompactionPastEveryExpiry) {
   EXPECT_EQ(value, "v2");
 }
 
-// No record key (a 32-byte scope id plus the key) can reach a meta value, whatever the scope.
+// Meta values are files beside the database: claims with any scope and key never touch them, and
+// a bad name is refused.
 TEST(StoreMeta, IsNotARecordAndRecordsAreNotMeta) {
   TempDir dir;
   FakeClock clock;
   std::unique_ptr<Store> store = Open(dir.path(), &clock);
   ASSERT_TRUE(store->PutMeta("signature", "v1").ok());
-  ScopeId scope{};
-  const std::string prefix("\0idemgate-meta:", 15);
-  for (size_t i = 0; i < prefix.size(); ++i) scope[i] = static_cast<uint8_t>(prefix[i]);
-  std::string rest = "signature";
-  for (size_t i = prefix.size(); i < scope.size() && !rest.empty(); ++i) {
-    scope[i] = static_cast<uint8_t>(rest.front());
-    rest.erase(0, 1);
-  }
-  EXPECT_EQ(store->Lookup(scope, rest.empty() ? "x" : rest).outcome, LookupOutcome::kMiss);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/IDEMGATE-META-signature"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDEMGATE-META-signature.tmp"));
   ClaimRequest claim;
-  claim.scope = scope;
   claim.key = "signature";
   EXPECT_EQ(testing::ClaimNow(*store, claim).outcome, ClaimOutcome::kFresh);
+  EXPECT_EQ(store->Lookup(ScopeId{}, "IDEMGATE-META-signature").outcome, LookupOutcome::kMiss);
   std::optional<std::string> value;
   ASSERT_TRUE(store->GetMeta("signature", &value).ok());
   EXPECT_EQ(value, "v1");
   EXPECT_FALSE(store->PutMeta("", "x").ok());
+  EXPECT_FALSE(store->PutMeta("../escape", "x").ok());
   EXPECT_FALSE(store->PutMeta(std::string(Store::kMaxMetaName + 1, 'n'), "x").ok());
 }
 
-// Whatever its value (even an encoded, expired record), a meta value never decodes as a record
-// header (the TTL filter would drop it), and a meta key is never the length of a record key.
-TEST(StoreMeta, EncodingCannotPassForARecord) {
-  Record expired;
-  expired.state = RecordState::kCompleted;
-  expired.expires_ms = 1;
-  const std::string record_bytes = EncodeRecord(expired);
-  ASSERT_TRUE(DecodeRecordHeader(record_bytes).has_value());
-  EXPECT_FALSE(DecodeRecordHeader(EncodeMetaValue(record_bytes)).has_value());
-  EXPECT_EQ(DecodeMetaValue(EncodeMetaValue(record_bytes)), record_bytes);
-  EXPECT_FALSE(DecodeMetaValue(record_bytes).has_value());
-  std::optional<std::string> key = MetaKey(std::string(Store::kMaxMetaName, 'n'));
-  ASSERT_TRUE(key.has_value());
-  EXPECT_LT(key->size(), MakeRecordKey(ScopeId{}, "").size());
+// A failed write leaves the previous value (written to a temporary file, then renamed).
+TEST(StoreMeta, AFailedWriteKeepsThePreviousValue) {
+  TempDir dir;
+  ASSERT_TRUE(WriteMetaFile(dir.path(), "signature", "old").ok());
+  std::filesystem::create_directory(dir.path() + "/IDEMGATE-META-signature.tmp");  // blocks it
+  EXPECT_FALSE(WriteMetaFile(dir.path(), "signature", "new").ok());
+  std::optional<std::string> value;
+  ASSERT_TRUE(ReadMetaFile(dir.path(), "signature", &value).ok());
+  EXPECT_EQ(value, "old");
 }
 
 }  // namespace
