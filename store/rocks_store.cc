@@ -46,15 +46,6 @@ struct Op {
   TimeMs arrived_mono_ms = 0;  // monotonic clock
 };
 
-// A change to the local attempts, applied once the batch that made it is durable.
-struct LocalChange {
-  std::string key;
-  bool start = false;  // else: the attempt ended
-  uint64_t owner = 0;
-  uint32_t attempt = 0;
-  TimeMs mono_end = 0;
-};
-
 }  // namespace
 
 class RocksStore final : public Store {
@@ -125,11 +116,9 @@ class RocksStore final : public Store {
   rocksdb::ReadOptions read_options_;
   std::mt19937_64 rng_{std::random_device{}()};
   bool need_resume_ = false;
-  LocalAttempts local_;                     // attempts this process runs (monotonic leases)
-  std::vector<LocalChange> local_changes_;  // this batch's, applied once it is durable
-  size_t local_prune_at_ = 1024;            // prune passed local attempts beyond this many
-  BatchUndo undo_;                          // this batch's, for when its write fails
-  std::vector<ReconcileWrite> reconcile_;   // a failed batch's, written before any other op
+  LocalAttempts local_;                    // attempts this process runs (monotonic leases)
+  BatchUndo undo_;                         // this batch's, for when its write fails
+  std::vector<ReconcileWrite> reconcile_;  // a failed batch's, written before any other op
   std::atomic<uint64_t> records_estimate_{0};
 };
 
@@ -305,7 +294,7 @@ void RocksStore::RunBatch(std::vector<Op>& batch) {
   }
   batch_.Clear();
   undo_.Clear();
-  local_changes_.clear();
+  local_.Drop();
   const TimeMs now = clock_->NowMs();
   const TimeMs now_mono = clock_->MonotonicMs();
   for (Op& op : batch) Decide(op, now, now_mono);
@@ -322,21 +311,12 @@ void RocksStore::RunBatch(std::vector<Op>& batch) {
       // anyone hears "failed", make the keys agree with that report (see BatchUndo).
       need_resume_ = true;
       reconcile_ = undo_.Reconcile();
+      local_.Drop();  // no claim of this batch runs
       Recover();
       return FailBatch(batch, MapStatus(s));
     }
   }
-  for (const LocalChange& c : local_changes_) {
-    if (c.start) {
-      local_.Start(c.key, c.owner, c.attempt, c.mono_end);
-    } else {
-      local_.End(c.key);
-    }
-  }
-  if (local_.size() > local_prune_at_) {
-    local_.Prune(clock_->MonotonicMs());
-    local_prune_at_ = std::max<size_t>(1024, 2 * local_.size());
-  }
+  local_.Commit(now_mono);
   for (Op& op : batch) Report(op);
 }
 
@@ -403,16 +383,9 @@ void RocksStore::Decide(Op& op, TimeMs now, TimeMs now_mono) {
 // A winning claim starts a local attempt; a Complete, Release or Delete that writes ends it.
 void RocksStore::NoteLocal(const Op& op, WriteAction action, TimeMs now, TimeMs now_mono) {
   if (action == WriteAction::kNone) return;
-  LocalChange c;
-  c.key = op.key;
-  if (op.kind == Op::Kind::kClaim) {
-    const ClaimToken& t = op.claim_result.token;
-    c.start = true;
-    c.owner = t.owner;
-    c.attempt = t.attempt;
-    c.mono_end = now_mono + t.lease_left_ms;
-  }
-  local_changes_.push_back(std::move(c));
+  if (op.kind != Op::Kind::kClaim) return local_.StageEnd(op.key);
+  const ClaimToken& t = op.claim_result.token;
+  local_.StageStart(op.key, t.owner, t.attempt, now_mono + t.lease_left_ms);
 }
 
 StoreStatus RocksStore::ReadRecord(const std::string& key, std::optional<Record>* record) {

@@ -94,11 +94,16 @@ class Store {
   virtual ~Store() = default;
 
   // Atomic read-check-write: of any number of concurrent claims for one (scope, key), exactly
-  // one gets kFresh or kTakeover. The result is reported only once durable (store.sync).
+  // one gets kFresh or kTakeover. The result is reported only once durable (store.sync). The
+  // stored record is judged as of the claim's arrival, and an attempt this store's process runs
+  // keeps its key until its monotonic deadline even if the wall clock steps past its lease. A
+  // claim reported as failed leaves nothing behind (reconciled before it is reported).
   virtual void Claim(ClaimRequest request, ClaimCallback done) = 0;
 
   // Compare-and-set on (state in flight, attempt, owner): stores the response as completed.
-  // A claim that was taken over gets kStaleClaim and nothing is written.
+  // A claim that was taken over gets kStaleClaim and nothing is written. Idempotent: the same
+  // Complete again (same owner, attempt and response; its earlier write reported a failure but
+  // landed) is ok.
   virtual void Complete(ClaimToken token, StoredResponse response, StatusCallback done) = 0;
 
   // SPEC R3a: a first attempt's record is deleted; a takeover's returns to in flight with an

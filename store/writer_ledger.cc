@@ -1,6 +1,8 @@
 // The writer's bookkeeping: local attempts (monotonic leases) and the undo of a failed batch.
 #include "store/writer_ledger.h"
 
+#include <algorithm>
+
 namespace idemgate {
 
 void LocalAttempts::Start(const std::string& key, uint64_t owner, uint32_t attempt,
@@ -25,6 +27,28 @@ TimeMs LocalAttempts::LeftMs(const std::string& key, const std::optional<Record>
 
 void LocalAttempts::Prune(TimeMs mono_now) {
   std::erase_if(attempts_, [mono_now](const auto& kv) { return kv.second.mono_end <= mono_now; });
+}
+
+void LocalAttempts::StageStart(const std::string& key, uint64_t owner, uint32_t attempt,
+                               TimeMs mono_end) {
+  staged_.push_back(Change{key, true, Attempt{owner, attempt, mono_end}});
+}
+
+void LocalAttempts::StageEnd(const std::string& key) { staged_.push_back(Change{key, false, {}}); }
+
+void LocalAttempts::Commit(TimeMs mono_now) {
+  for (Change& c : staged_) {
+    if (c.start) {
+      attempts_[c.key] = c.attempt;
+    } else {
+      attempts_.erase(c.key);
+    }
+  }
+  staged_.clear();
+  if (attempts_.size() > prune_at_) {
+    Prune(mono_now);
+    prune_at_ = std::max<size_t>(1024, 2 * attempts_.size());
+  }
 }
 
 void BatchUndo::Note(Kind kind, const std::string& key, const std::optional<Record>& existing,

@@ -31,13 +31,27 @@ class LocalAttempts {
   void Prune(TimeMs mono_now);
   size_t size() const { return attempts_.size(); }
 
+  // What a batch decides takes effect once the batch is durable: Stage* while deciding, then
+  // Commit (the write succeeded; also prunes now and then) or Drop (it failed).
+  void StageStart(const std::string& key, uint64_t owner, uint32_t attempt, TimeMs mono_end);
+  void StageEnd(const std::string& key);
+  void Commit(TimeMs mono_now);
+  void Drop() { staged_.clear(); }
+
  private:
   struct Attempt {
     uint64_t owner = 0;
     uint32_t attempt = 0;
     TimeMs mono_end = 0;
   };
+  struct Change {
+    std::string key;
+    bool start = false;  // else: the attempt ended
+    Attempt attempt;
+  };
   std::unordered_map<std::string, Attempt> attempts_;
+  std::vector<Change> staged_;
+  size_t prune_at_ = 1024;  // prune passed attempts once there are more than this many
 };
 
 // One write that puts a key back the way a failed batch reported it.

@@ -103,7 +103,7 @@ TEST_F(FaultsDiskClockTest, FailedSyncUnderACompletionStillAnswersTheUpstreamRes
   upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_once"})").WithDelay(300));
   StartWithShim();
   HttpResponse answer;
-  std::thread client([&] { answer = Post("k", R"({"n":1})"); });
+  std::jthread client([&] { answer = Post("k", R"({"n":1})"); });
   ASSERT_TRUE(
       upstream_.WaitForRequests(1));  // claimed and durable: the next sync is the Complete's
   SetFaults("sync_fail = 1\nsync_match = .log\n");
@@ -123,7 +123,7 @@ TEST_F(FaultsDiskClockTest, WallClockStepDoesNotLetARetryTakeOverARunningAttempt
   upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_a"})").WithDelay(2'000));
   StartWithShim();
   HttpResponse first;
-  std::thread client([&] { first = Post("k", R"({"n":1})"); });
+  std::jthread client([&] { first = Post("k", R"({"n":1})"); });
   ASSERT_TRUE(upstream_.WaitForRequests(1));
   SetFaults("clock_offset_s = 10\n");
   HttpResponse retry = Post("k", R"({"n":1})");
@@ -151,44 +151,50 @@ bool FlushedToTable(const std::string& dir) {
   return tables > 0 && logs == 1;
 }
 
-// #1 (the issue's timeline, stretched): A's in-flight record is only on disk (a 17 MiB completion
-// of another key flushed the memtable), so a retry B inside A's lease goes to the store's writer,
-// which is stalled in a WAL fdatasync past A's lease. B must be decided as of its arrival (in
-// flight: 409), A's completion must be stored, and the upstream must execute A once.
+// #1 (the issue's timeline, stretched): A's in-flight record is only on disk (18 MiB of
+// completions around it flushed the memtable), so a retry B inside A's lease goes to the store's
+// writer, which is stalled in a WAL fdatasync past A's lease. B must be decided as of its arrival
+// (in flight: 409), A's completion must be stored, and the upstream must execute A once.
 TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeover) {
-  // Lease 8 s (connect 1 s + response 6 s); A's upstream answers after 5.5 s, which leaves the
-  // setup below (17 MiB through the gateway, a flush) 5 s even in a sanitizer build.
-  Set("idempotency", "lease", "\"8s\"");
-  Set("upstream", "response_timeout", "\"6s\"");
+  // Lease 10 s (connect 1 s + response 8 s); A's upstream answers after 7.5 s. Between A's claim
+  // and B (6 MiB through the gateway, a flush) there is time even in a TSan build.
+  Set("idempotency", "lease", "\"10s\"");
+  Set("upstream", "response_timeout", "\"8s\"");
   Set("limits", "max_response_body", "\"32MiB\"");
-  constexpr milliseconds kLease(8'000);
-  constexpr milliseconds kAnswerA(5'500);
+  constexpr milliseconds kLease(10'000);
+  constexpr milliseconds kAnswerA(7'500);
+  constexpr milliseconds kSlow(60'000);  // for the big answers in a sanitizer build
+  upstream_.EnqueueBehavior(UpstreamBehavior::BigBody(12 << 20));  // before A: no flush yet
   upstream_.EnqueueBehavior(
       UpstreamBehavior::Respond(201, R"({"id":"pi_a"})").WithDelay(kAnswerA.count()));
-  upstream_.EnqueueBehavior(UpstreamBehavior::BigBody(17 << 20));
+  upstream_.EnqueueBehavior(UpstreamBehavior::BigBody(6 << 20));  // after A: the memtable is full
   StartWithShim();
+  ASSERT_EQ(PostWithin("k-big1", "{}", kSlow).status, 200);
   HttpResponse a;
-  std::thread client_a([&] { a = PostWithin("k-a", R"({"n":"a"})", milliseconds(15'000)); });
-  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  std::jthread client_a([&] { a = PostWithin("k-a", R"({"n":"a"})", kSlow); });
+  ASSERT_TRUE(upstream_.WaitForRequests(2));
   const Steady::time_point a_claimed = Steady::now();  // A's lease ends kLease after this
-  ASSERT_EQ(PostWithin("k-big", "{}", milliseconds(15'000)).status, 200);
+  ASSERT_EQ(PostWithin("k-big2", "{}", kSlow).status, 200);
   ASSERT_EQ(Post("k-d", "{}").status, 201);  // switches the full memtable: A goes to a table
   const std::string data = dir_.Path("data");
   while (!FlushedToTable(data)) {
     ASSERT_LT(Steady::now() - a_claimed, kAnswerA) << "no flush\n" << gateway_.log();
     std::this_thread::sleep_for(milliseconds(10));
   }
+  const auto flushed = Steady::now() - a_claimed;
   // The next WAL sync (C's claim) stalls until 1.5 s past A's lease.
   auto stall = a_claimed + kLease + milliseconds(1'500) - Steady::now();
   SetFaults(
       "sync_stall_ms = " + std::to_string(std::chrono::duration_cast<milliseconds>(stall).count()) +
       "\nsync_stall_count = 1\nsync_match = .log\n");
   HttpResponse c;
-  std::thread client_c([&] { c = PostWithin("k-c", R"({"n":"c"})", milliseconds(15'000)); });
+  std::jthread client_c([&] { c = PostWithin("k-c", R"({"n":"c"})", kSlow); });
   ASSERT_TRUE(gateway_.WaitForOutput("fdatasync stalled")) << gateway_.log();
   ASSERT_LT(Steady::now() - a_claimed, kAnswerA - milliseconds(300))
-      << "too slow to send B before A's answer";
-  HttpResponse b = PostWithin("k-a", R"({"n":"a"})", milliseconds(15'000));
+      << "too slow to send B before A's answer; flushed after "
+      << std::chrono::duration_cast<milliseconds>(flushed).count() << " ms\n"
+      << gateway_.log();
+  HttpResponse b = PostWithin("k-a", R"({"n":"a"})", kSlow);
   client_a.join();
   client_c.join();
 

@@ -99,6 +99,22 @@ TEST(LocalAttempts, LeftOnlyForTheSameLiveAttempt) {
   EXPECT_EQ(local.size(), 0u);
 }
 
+TEST(LocalAttempts, StagedChangesTakeEffectOnlyOnCommit) {
+  LocalAttempts local;
+  std::optional<Record> r = InFlight(42, 1, kNow);
+  local.StageStart("k", 42, 1, 10'000);
+  EXPECT_EQ(local.LeftMs("k", r, 0), 0);
+  local.Drop();  // the batch's write failed
+  local.Commit(0);
+  EXPECT_EQ(local.LeftMs("k", r, 0), 0);
+  local.StageStart("k", 42, 1, 10'000);
+  local.Commit(0);
+  EXPECT_EQ(local.LeftMs("k", r, 0), 10'000);
+  local.StageEnd("k");
+  local.Commit(0);
+  EXPECT_EQ(local.LeftMs("k", r, 0), 0);
+}
+
 TEST(BatchUndo, FailedClaimsAreUndoneFailedReleasesCarriedOutCompletesLeft) {
   BatchUndo undo;
   Record taken = InFlight(42, 1, kNow - 1);
