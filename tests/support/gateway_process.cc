@@ -9,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 extern char** environ;
 
@@ -109,7 +111,15 @@ bool GatewayProcess::Start(const std::string& binary, const std::vector<std::str
   std::vector<char*> argv, envp;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
-  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    // A variable given in extra_env replaces the inherited one (getenv sees the first).
+    std::string_view name(*e, std::strcspn(*e, "="));
+    bool replaced = std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string& x) {
+      return x.size() > name.size() && x.compare(0, name.size(), name) == 0 &&
+             x[name.size()] == '=';
+    });
+    if (!replaced) envp.push_back(*e);
+  }
   std::vector<std::string> env_copy = extra_env;
   for (auto& e : env_copy) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -38,8 +38,9 @@ class GatewayProcess {
   GatewayProcess& operator=(const GatewayProcess&) = delete;
 
   // fork/exec `binary` with `args` (argv[0] is added) and the environment plus `extra_env`
-  // ("NAME=value"). stdout and stderr go to one pipe read by a thread into log(). The child gets
-  // SIGKILL if the thread that called Start exits. False (see error()) when exec fails.
+  // ("NAME=value", replacing an inherited NAME). stdout and stderr go to one pipe read by a thread
+  // into log(). The child gets SIGKILL if the thread that called Start exits. False (see error())
+  // when exec fails.
   bool Start(const std::string& binary, const std::vector<std::string>& args,
              const std::vector<std::string>& extra_env = {});
 
