@@ -65,19 +65,21 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
     self->read_eof_ = true;
     // A half-closed client still gets the answer to the request it completed.
-    if (self->state_ == State::kIdle || self->state_ == State::kReading ||
-        self->state_ == State::kLingering) {
-      self->Close();
+    if (self->state_ == State::kIdle || self->state_ == State::kReading) {
+      self->Close(CloseReason::kClientClosed);
+    } else if (self->state_ == State::kLingering) {
+      self->Close(CloseReason::kAfterAnswer);
     }
     return;
   }
-  self->Close();
+  self->Close(CloseReason::kSocketError);
 }
 
 void ClientConn::BeginIdle() {
   state_ = State::kIdle;
   continue_sent_ = false;
-  if (read_eof_ || worker_->draining()) return Close();
+  if (read_eof_) return Close(CloseReason::kClientClosed);
+  if (worker_->draining()) return Close(CloseReason::kShutdown);
   std::shared_ptr<const Config> config = RefreshLimits();
   // A client that takes nothing of an answer for idle_timeout is dropped (EventCb), so it
   // cannot hold its buffered answer and its descriptor forever. libevent re-arms this timeout
@@ -147,7 +149,9 @@ void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bo
   bool send_body = false;
   std::string head =
       SerializeResponseHead(*response, replayed, connection, head_request_, &send_body);
-  if (!Write(std::move(head), send_body ? std::move(response) : nullptr)) return Close();
+  if (!Write(std::move(head), send_body ? std::move(response) : nullptr)) {
+    return Close(CloseReason::kWriteFailed);
+  }
   // WriteCb continues once a queued answer has left the buffer (back-pressure for pipelining);
   // an answer the socket took at once continues on the next loop turn (no recursion).
   if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0)
@@ -239,19 +243,20 @@ void ClientConn::OnTimer() {
     case State::kReading:
       return RespondError(ErrorCode::kRequestTimeout, "");
     case State::kIdle:
+      return Close(CloseReason::kIdleTimeout);
     case State::kLingering:
-      return Close();
+      return Close(CloseReason::kAfterAnswer);
     default:
       return;
   }
 }
 
 void ClientConn::CloseWhenIdle() {
-  if (state_ == State::kIdle) return Close();
+  if (state_ == State::kIdle) return Close(CloseReason::kShutdown);
   close_after_ = true;
 }
 
-void ClientConn::Close() {
+void ClientConn::Close(CloseReason reason) {
   if (closed_) return;
   closed_ = true;
   if (exchange_) {
@@ -261,7 +266,7 @@ void ClientConn::Close() {
   timer_.Cancel();
   if (resume_) event_del(resume_.get());
   bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
-  worker_->RemoveConn(this);
+  worker_->RemoveConn(this, reason);
 }
 
 }  // namespace idemgate

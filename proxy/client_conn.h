@@ -12,6 +12,7 @@
 #include "proxy/event_util.h"
 #include "proxy/exchange_env.h"
 #include "proxy/http_parser.h"
+#include "proxy/metrics.h"
 
 namespace idemgate {
 
@@ -52,7 +53,7 @@ class ClientConn final : public ResponseSink {
   void StartExchange();
   void RespondError(ErrorCode code, const std::string& detail);
   void OnTimer();
-  void Close();
+  void Close(CloseReason reason);
   void BeginIdle();
   void BeginLinger();
   std::shared_ptr<const Config> RefreshLimits();

@@ -255,6 +255,24 @@ void Metrics::RenderGauges(MetricsWriter* w) const {
   RenderConnectionLimits(w);
 }
 
+const char* CloseReasonName(CloseReason reason) {
+  switch (reason) {
+    case CloseReason::kClientClosed:
+      return "client_closed";
+    case CloseReason::kSocketError:
+      return "socket_error";
+    case CloseReason::kIdleTimeout:
+      return "idle_timeout";
+    case CloseReason::kAfterAnswer:
+      return "after_answer";
+    case CloseReason::kShutdown:
+      return "shutdown";
+    case CloseReason::kWriteFailed:
+      return "write_failed";
+  }
+  return "unknown";
+}
+
 // What limits.max_connections, limits.max_unsent_bytes and the descriptor limit turned away.
 void Metrics::RenderConnectionLimits(MetricsWriter* w) const {
   uint64_t refused = 0, accept_errors = 0, dropped = 0;
@@ -262,6 +280,14 @@ void Metrics::RenderConnectionLimits(MetricsWriter* w) const {
     refused += Load(shard->connections_refused_);
     accept_errors += Load(shard->accept_errors_);
     dropped += Load(shard->answers_dropped_);
+  }
+  w->Family("idemgate_connections_closed_total", "counter",
+            "Client connections closed, by why they were closed.");
+  for (size_t i = 0; i < kCloseReasonCount; ++i) {
+    uint64_t n = 0;
+    for (const auto& shard : shards_) n += Load(shard->closed_[i]);
+    w->Sample("idemgate_connections_closed_total",
+              Label("reason", CloseReasonName(static_cast<CloseReason>(i))), n);
   }
   w->Family("idemgate_connections_refused_total", "counter",
             "Connections closed at accept because limits.max_connections were open.");

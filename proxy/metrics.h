@@ -52,6 +52,18 @@ struct ExchangeSample {
   int64_t upstream_us = -1;  // -1: nothing went upstream
 };
 
+// Why a client connection was closed (every close carries one).
+enum class CloseReason {
+  kClientClosed,  // the client closed its side before or between requests
+  kSocketError,   // a read or write failed (reset, TLS error)
+  kIdleTimeout,   // limits.idle_timeout between requests, or a client that read nothing
+  kAfterAnswer,   // Connection: close, HTTP/1.0, or an error that ends the connection
+  kShutdown,      // the gateway is draining
+  kWriteFailed,   // the answer could not be queued (limits.max_unsent_bytes, no memory)
+};
+inline constexpr size_t kCloseReasonCount = static_cast<size_t>(CloseReason::kWriteFailed) + 1;
+const char* CloseReasonName(CloseReason reason);
+
 // One worker's counters. Written by its loop (and nothing else on the hot path).
 class MetricsShard {
  public:
@@ -59,7 +71,10 @@ class MetricsShard {
   void RecordExchange(const ExchangeSample& sample);
   void RecordStoreOp(StoreOp op, int64_t micros);
   void ConnectionOpened() { connections_.fetch_add(1, std::memory_order_relaxed); }
-  void ConnectionClosed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+  void ConnectionClosed(CloseReason reason) {
+    connections_.fetch_sub(1, std::memory_order_relaxed);
+    Inc(closed_[static_cast<size_t>(reason)]);
+  }
   void ConnectionRefused() { Inc(connections_refused_); }  // limits.max_connections
   void AcceptError() { Inc(accept_errors_); }
   void AnswerDropped() { Inc(answers_dropped_); }  // limits.max_unsent_bytes
@@ -77,6 +92,7 @@ class MetricsShard {
   std::array<std::atomic<uint64_t>, kUpstreamErrorCount> upstream_errors_{};
   std::atomic<int64_t> connections_{0};
   std::atomic<uint64_t> connections_refused_{0};
+  std::array<std::atomic<uint64_t>, kCloseReasonCount> closed_{};  // by CloseReason
   std::atomic<uint64_t> accept_errors_{0};
   std::atomic<uint64_t> answers_dropped_{0};
   Histogram request_latency_;

@@ -286,13 +286,13 @@ void Worker::Finished(Exchange* exchange) {
   event_active(reaper_.get(), 0, 0);
 }
 
-void Worker::RemoveConn(ClientConn* conn) {
+void Worker::RemoveConn(ClientConn* conn, CloseReason reason) {
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;
   dead_conns_.push_back(std::move(it->second));
   conns_.erase(it);
   gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
-  if (metrics_) metrics_->ConnectionClosed();
+  if (metrics_) metrics_->ConnectionClosed(reason);
   event_active(reaper_.get(), 0, 0);
 }
 

@@ -24,6 +24,7 @@ class Exchange;
 class MetricsShard;
 struct ExchangeSample;
 enum class StoreOp;
+enum class CloseReason;
 
 // Start-up check, before any worker binds: false (with *error naming listen.address) when
 // another process already listens on `addr`. Port 0 always passes.
@@ -68,7 +69,7 @@ class Worker final : public ExchangeEnv {
   Gateway& gateway() { return *gateway_; }
   bool draining() const { return draining_; }
   Exchange* AddExchange(std::unique_ptr<Exchange> exchange);
-  void RemoveConn(ClientConn* conn);  // freed on the next loop turn
+  void RemoveConn(ClientConn* conn, CloseReason reason);  // freed on the next loop turn
   size_t connections() const { return conns_.size(); }
   // An error the connection answered itself, before any exchange existed (malformed request,
   // too large, client timeout): counted as rejected and written to the access log.

@@ -123,6 +123,9 @@ TEST_F(AdminTest, OpenConnectionsGauge) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(open, 0);
+  // Every close is counted with its reason: both clients closed their idle connections.
+  EXPECT_EQ(Value(Scrape(), "idemgate_connections_closed_total{reason=\"client_closed\"}"), 2);
+  EXPECT_EQ(Value(Scrape(), "idemgate_connections_closed_total{reason=\"socket_error\"}"), 0);
 }
 
 TEST_F(AdminTest, HealthzAnswersOk) {

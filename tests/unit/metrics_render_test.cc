@@ -66,7 +66,7 @@ TEST(MetricsRender, ShardsAreSummedAtScrape) {
   metrics.shard(1).RecordExchange(rejected);
   metrics.shard(1).ConnectionOpened();
   metrics.shard(2).ConnectionOpened();
-  metrics.shard(2).ConnectionClosed();
+  metrics.shard(2).ConnectionClosed(CloseReason::kIdleTimeout);
   metrics.shard(0).RecordStoreOp(StoreOp::kComplete, 120);
   metrics.ObserveBatchSize(3);
   metrics.ObserveBatchSize(1000);
@@ -75,6 +75,8 @@ TEST(MetricsRender, ShardsAreSummedAtScrape) {
 
   std::string t = metrics.Render();
   EXPECT_EQ(Value(t, "idemgate_requests_total{outcome=\"fresh\"}"), 2);
+  EXPECT_EQ(Value(t, "idemgate_connections_closed_total{reason=\"idle_timeout\"}"), 1);
+  EXPECT_EQ(Value(t, "idemgate_connections_closed_total{reason=\"shutdown\"}"), 0);
   EXPECT_EQ(
       Value(t, "idemgate_requests_total{outcome=\"rejected\",code=\"idempotency_key_invalid\"}"),
       1);
