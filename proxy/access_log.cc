@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -125,12 +126,22 @@ std::string FormatAccessLine(const AccessEntry& e) {
   return out;
 }
 
+namespace {
+// 0640 whatever the umask (the gateway runs with 077): the owner writes, its group (log
+// shippers, adm) reads.
+int OpenLogFile(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd >= 0) fchmod(fd, 0640);
+  return fd;
+}
+}  // namespace
+
 std::unique_ptr<AccessLog> AccessLog::Open(const std::string& destination, std::string* error,
                                            size_t max_buffer_bytes) {
   if (destination == "stdout") {
     return std::unique_ptr<AccessLog>(new AccessLog("", STDOUT_FILENO, max_buffer_bytes));
   }
-  int fd = open(destination.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int fd = OpenLogFile(destination);
   if (fd < 0) {
     *error = "cannot open access log '" + destination + "': " + strerror(errno);
     return nullptr;
@@ -220,7 +231,7 @@ void AccessLog::WriteOut(std::string_view bytes) {
 
 void AccessLog::DoReopen() {
   if (path_.empty()) return;
-  int fd = open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int fd = OpenLogFile(path_);
   if (fd < 0) {
     fprintf(stderr, "idemgate: cannot reopen access log '%s': %s (still writing the old file)\n",
             path_.c_str(), strerror(errno));

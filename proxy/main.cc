@@ -3,6 +3,7 @@
 #include <event2/thread.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,8 +17,10 @@
 #include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/admin.h"
+#include "proxy/build_info.h"
 #include "proxy/event_util.h"
 #include "proxy/gateway.h"
+#include "proxy/preflight.h"
 #include "proxy/reload.h"
 #include "proxy/tls.h"
 #include "proxy/metrics.h"
@@ -49,7 +52,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
       fputs(kUsage, stdout);
       return 0;
     } else if (arg == "--version") {
-      printf("idemgate %s\n", IDEMGATE_VERSION);
+      fputs(VersionText().c_str(), stdout);
       return 0;
     } else if (arg == "--check-config") {
       args->check_only = true;
@@ -88,8 +91,10 @@ class Server {
 
   bool Open(std::string* error) {
     const Config& config = *gateway_.Snapshot();
-    std::error_code ec;
-    std::filesystem::create_directories(config.store.path, ec);
+    if (std::string e = PrepareStoreDirectory(config.store.path); !e.empty()) {
+      *error = e;
+      return false;
+    }
     RocksStoreOptions options;
     options.path = config.store.path;
     options.sync = config.store.sync;
@@ -99,7 +104,10 @@ class Server {
       metrics->ObserveBatchSize(ops);
     };
     store_ = OpenRocksStore(options, error);
-    if (!store_) return false;
+    if (!store_) {
+      *error = ExplainStoreOpenError(config.store.path, *error);
+      return false;
+    }
     gateway_.store = store_.get();
     gateway_.clock = &clock_;
     if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
@@ -237,14 +245,28 @@ class Server {
   event_base* main_base_ = nullptr;
 };
 
+// The host checks (proxy/preflight.h), for --check-config and before start: each of these
+// would stop the start later with a less direct message.
+bool RunPreflight(const Config& config, const std::string& config_path) {
+  std::vector<PreflightProblem> problems = Preflight(config);
+  for (const PreflightProblem& p : problems) {
+    fprintf(stderr, "idemgate: %s: %s\n", config_path.c_str(), p.message.c_str());
+  }
+  return problems.empty();
+}
+
 int Main(int argc, char** argv) {
   Args args;
   if (int rc = ParseArgs(argc, argv, &args); rc >= 0) return rc;
+  // Every file the gateway creates (the store's, whatever RocksDB makes) is private to its user;
+  // the access log is widened to 0640 where it is opened.
+  umask(077);
   ConfigResult loaded = LoadConfig(args.config_path);
   if (!loaded.ok()) {
     fprintf(stderr, "idemgate: %s\n", loaded.error.c_str());
     return 1;
   }
+  if (!RunPreflight(*loaded.config, args.config_path)) return 1;
   if (args.check_only) {
     printf("%s: configuration OK\n", args.config_path.c_str());
     return 0;
