@@ -14,6 +14,16 @@
 namespace idemgate {
 
 namespace {
+// The Host for requests that came without one: the upstream's host, and its port unless default.
+std::string UpstreamHost(const Config::Upstream& upstream) {
+  const std::string& host = upstream.addr.host;
+  std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  if (upstream.addr.port != (upstream.tls ? 443 : 80)) {
+    out += ":" + std::to_string(upstream.addr.port);
+  }
+  return out;
+}
+
 // An attempt's upstream call ends this long before its lease (less when the lease leaves less
 // room over connect + response timeouts), so its completion lands while it owns the key.
 constexpr int64_t kLeaseMarginMs = 1'000;
@@ -228,7 +238,8 @@ void Exchange::Forward() {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));
   }
-  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_);
+  std::string bytes =
+      SerializeUpstreamRequest(request_, client_ip_, proto_, UpstreamHost(config_->upstream));
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
                      [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }

@@ -1,0 +1,61 @@
+// Through the real binary: what the gateway does with requests an operator's clients send
+// that are not quite HTTP/1.1: HTTP/1.0 without Host, empty credentials, HTTP/2 prefaces.
+#include "tests/integration/gateway_fixture.h"
+
+namespace idemgate::test {
+namespace {
+
+// HTTP/1.0 allows a request without Host; it goes upstream as HTTP/1.1, which requires one.
+TEST_F(GatewayTest, Http10WithoutHostGetsTheUpstreamsHost) {
+  StartGateway();
+  TestClient client(port_);
+  ASSERT_TRUE(client.SendRaw(
+      "POST /v1/payment_intents HTTP/1.0\r\nAuthorization: Bearer merchant-demo\r\n"
+      "Idempotency-Key: h10-1\r\nContent-Length: 2\r\n\r\n{}"));
+  HttpResponse r = client.ReadResponse();
+  EXPECT_EQ(r.status, 201) << r.raw;
+  ASSERT_TRUE(upstream_.last_request().has_value());
+  EXPECT_EQ(upstream_.last_request()->version, "HTTP/1.1");
+  EXPECT_EQ(upstream_.last_request()->HeaderCount("Host"), 1);
+  EXPECT_EQ(upstream_.last_request()->Header("Host"),
+            "127.0.0.1:" + std::to_string(upstream_.port()));
+
+  // A client's own Host is forwarded as sent, never doubled.
+  TestClient with_host(port_);
+  ASSERT_TRUE(with_host.SendRaw("GET /v1/x HTTP/1.0\r\nHost: api.example\r\n\r\n"));
+  EXPECT_EQ(with_host.ReadResponse().status, 201);
+  EXPECT_EQ(upstream_.last_request()->HeaderCount("Host"), 1);
+  EXPECT_EQ(upstream_.last_request()->Header("Host"), "api.example");
+}
+
+// A credential header that is there but empty is told so, not that it is missing.
+TEST_F(GatewayTest, EmptyCredentialIsToldItIsEmpty) {
+  StartGateway();
+  for (const char* value : {"Bearer", "Bearer ", ""}) {
+    HttpResponse r = Post("empty-1", "{}", "/v1/payment_intents", {{"Authorization", value}});
+    EXPECT_EQ(r.status, 401) << "[" << value << "]";
+    EXPECT_EQ(ErrorCodeOf(r), "missing_credentials") << r.raw;
+    EXPECT_NE(r.body.find("Authorization header is empty"), std::string::npos) << r.body;
+  }
+  HttpResponse absent = Post("empty-1", "{}", "/v1/payment_intents", {});
+  EXPECT_EQ(absent.status, 401);
+  EXPECT_EQ(absent.body.find("is empty"), std::string::npos) << absent.body;
+  EXPECT_EQ(upstream_.requests(), 0);
+}
+
+// `curl --http2-prior-knowledge`: the HTTP/2 connection preface gets a JSON 400 that says so.
+TEST_F(GatewayTest, Http2PrefaceIsToldHttp2IsNotSpoken) {
+  StartGateway();
+  TestClient client(port_);
+  // The preface, then an empty SETTINGS frame, as curl sends them.
+  ASSERT_TRUE(client.SendRaw(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+                             std::string("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9)));
+  HttpResponse r = client.ReadResponse();
+  EXPECT_EQ(r.status, 400) << r.raw;
+  EXPECT_EQ(ErrorCodeOf(r), "bad_request") << r.raw;
+  EXPECT_NE(r.body.find("HTTP/2 is not spoken here"), std::string::npos) << r.body;
+  EXPECT_EQ(upstream_.requests(), 0);
+}
+
+}  // namespace
+}  // namespace idemgate::test
