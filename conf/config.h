@@ -12,6 +12,7 @@ namespace idemgate {
 struct HostPort {
   std::string host;  // as written: "0.0.0.0", "127.0.0.1", "localhost", "::1"
   uint16_t port = 0;
+  bool operator==(const HostPort&) const = default;
 };
 
 struct Config {

@@ -2,11 +2,15 @@
 #include "conf/config_reader.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
 
 #include "conf/config.h"
+#include "conf/config_values.h"
 
 namespace idemgate::conf {
 
@@ -50,12 +54,46 @@ std::string_view TypeName(const toml::node& node) {
   return "nothing";
 }
 
+bool ReadWholeFile(const std::string& path, std::string* out, std::string* why) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    *why = std::strerror(errno);
+    return false;
+  }
+  std::string data;
+  char buffer[8192];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) data.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int error = errno;
+  std::fclose(file);
+  if (failed) {
+    *why = std::strerror(error);
+    return false;
+  }
+  *out = std::move(data);
+  return true;
+}
+
+SectionReader Context::Section(std::string_view name, std::vector<std::string_view> keys) const {
+  const toml::node* node = root->get(name);
+  SectionReader reader(node == nullptr ? nullptr : node->as_table(), std::string(name), file,
+                       std::move(keys));
+  reader.RejectUnknownKeys();
+  return reader;
+}
+
+std::string Context::Resolve(const std::string& path) const {
+  if (path.empty() || std::filesystem::path(path).is_absolute() || dir.empty()) return path;
+  return (dir / path).lexically_normal().string();
+}
+
 SectionReader::SectionReader(const toml::table* table, std::string section, std::string file,
-                             std::initializer_list<std::string_view> known_keys)
+                             std::vector<std::string_view> known_keys)
     : table_(table),
       section_(std::move(section)),
       file_(std::move(file)),
-      known_keys_(known_keys) {}
+      known_keys_(std::move(known_keys)) {}
 
 void SectionReader::RejectUnknownKeys() const {
   if (table_ == nullptr) return;
@@ -139,39 +177,64 @@ bool SectionReader::StringArray(std::string_view key, std::vector<std::string>* 
   return true;
 }
 
-bool SectionReader::Duration(std::string_view key, int64_t* out_ms) const {
+namespace {
+
+// "<digits><unit>" whose number is too large to represent: a well-formed value, only too big.
+bool IsOverflowingAmount(std::string_view text, std::initializer_list<std::string_view> units) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return false;
+  const std::string_view unit = text.substr(digits);
+  return std::find(units.begin(), units.end(), unit) != units.end();
+}
+
+}  // namespace
+
+bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_ms) const {
   const toml::node* node = Node(key);
   if (node == nullptr) return false;
   const auto* value = node->as_string();
   if (value == nullptr) WrongType(key, "a duration string like \"5s\"", *node);
-  const std::optional<int64_t> ms = ParseDurationMs(value->get());
+  const std::string& text = value->get();
+  const std::optional<int64_t> ms = ParseDurationMs(text);
+  if (!ms && IsOverflowingAmount(text, {"ms", "s", "m", "h", "d"})) {
+    Fail(key,
+         "bad duration \"" + text + "\": too large (at most " + FormatDurationMs(max_ms) + ")");
+  }
   if (!ms) {
-    Fail(key, "bad duration \"" + value->get() +
+    Fail(key, "bad duration \"" + text +
                   "\": expected a whole number and a unit (ms, s, m, h, d), like \"5s\"");
   }
-  if (*ms <= 0) Fail(key, "must be longer than 0, got \"" + value->get() + "\"");
+  if (*ms <= 0) Fail(key, "must be longer than 0, got \"" + text + "\"");
+  if (*ms > max_ms) {
+    Fail(key, "must be at most " + FormatDurationMs(max_ms) + ", got \"" + text + "\"");
+  }
   *out_ms = *ms;
   return true;
 }
 
-bool SectionReader::Size(std::string_view key, uint64_t* out) const {
+bool SectionReader::Size(std::string_view key, uint64_t* out, uint64_t max) const {
   const toml::node* node = Node(key);
   if (node == nullptr) return false;
   std::optional<uint64_t> bytes;
+  std::string given;
   if (const auto* integer = node->as_integer()) {
     if (integer->get() <= 0) Fail(key, "must be at least 1 byte, got " + std::to_string(**integer));
     bytes = static_cast<uint64_t>(integer->get());
+    given = std::to_string(*bytes);
   } else if (const auto* text = node->as_string()) {
+    given = "\"" + text->get() + "\"";
     bytes = ParseSize(text->get());
     if (!bytes) {
-      Fail(key, "bad size \"" + text->get() +
-                    "\": expected bytes or a whole number and a unit (B, KiB, MiB, GiB, TiB, KB, "
+      Fail(key, "bad size " + given +
+                    ": expected bytes or a whole number and a unit (B, KiB, MiB, GiB, TiB, KB, "
                     "MB, GB, TB), like \"1MiB\"");
     }
-    if (*bytes == 0) Fail(key, "must be at least 1 byte, got \"" + text->get() + "\"");
+    if (*bytes == 0) Fail(key, "must be at least 1 byte, got " + given);
   } else {
     WrongType(key, "a size like \"1MiB\" or an integer number of bytes", *node);
   }
+  if (*bytes > max) Fail(key, "must be at most " + FormatSize(max) + ", got " + given);
   *out = *bytes;
   return true;
 }

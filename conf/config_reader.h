@@ -4,7 +4,9 @@
 #include <toml++/toml.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <initializer_list>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,7 +32,7 @@ std::string_view TypeName(const toml::node& node);
 class SectionReader {
  public:
   SectionReader(const toml::table* table, std::string section, std::string file,
-                std::initializer_list<std::string_view> known_keys);
+                std::vector<std::string_view> known_keys);
 
   // Throws ConfigError naming the first (by line) key not in known_keys.
   void RejectUnknownKeys() const;
@@ -39,10 +41,12 @@ class SectionReader {
   bool Bool(std::string_view key, bool* out) const;
   bool Int(std::string_view key, int64_t* out) const;
   bool StringArray(std::string_view key, std::vector<std::string>* out) const;
-  // A string like "30s"; must be > 0.
-  bool Duration(std::string_view key, int64_t* out_ms) const;
-  // A string like "1MiB" or an integer number of bytes; must be > 0.
-  bool Size(std::string_view key, uint64_t* out) const;
+  // A string like "30s"; must be > 0 and at most `max_ms`.
+  bool Duration(std::string_view key, int64_t* out_ms,
+                int64_t max_ms = std::numeric_limits<int64_t>::max()) const;
+  // A string like "1MiB" or an integer number of bytes; must be > 0 and at most `max`.
+  bool Size(std::string_view key, uint64_t* out,
+            uint64_t max = std::numeric_limits<uint64_t>::max()) const;
 
   bool Has(std::string_view key) const { return Node(key) != nullptr; }
   // The line of the key's value, else of the section's table, else 0.
@@ -60,6 +64,21 @@ class SectionReader {
   std::string section_;
   std::string file_;
   std::vector<std::string_view> known_keys_;
+};
+
+// Reads a whole file; on failure returns false with *why set to the reason.
+bool ReadWholeFile(const std::string& path, std::string* out, std::string* why);
+
+// What every key's parser needs besides its own section.
+struct Context {
+  std::string file;           // as given, for messages
+  std::filesystem::path dir;  // the config file's directory, for relative paths
+  const toml::table* root = nullptr;
+
+  // The section's reader; throws for a key not in `keys`.
+  SectionReader Section(std::string_view name, std::vector<std::string_view> keys) const;
+  // A path relative to the config file's directory.
+  std::string Resolve(const std::string& path) const;
 };
 
 }  // namespace idemgate::conf

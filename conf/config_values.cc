@@ -226,5 +226,15 @@ std::string FormatDurationMs(int64_t ms) {
   return std::to_string(ms) + "ms";
 }
 
+std::string FormatSize(uint64_t bytes) {
+  static constexpr std::array<std::pair<std::string_view, uint64_t>, 4> kUnits = {
+      {{"TiB", 1ULL << 40}, {"GiB", 1ULL << 30}, {"MiB", 1ULL << 20}, {"KiB", 1ULL << 10}}};
+  for (const auto& [name, factor] : kUnits) {
+    if (bytes != 0 && bytes % factor == 0)
+      return std::to_string(bytes / factor) + std::string(name);
+  }
+  return std::to_string(bytes) + "B";
+}
+
 }  // namespace conf
 }  // namespace idemgate

@@ -31,5 +31,7 @@ std::string ToLowerAscii(std::string_view text);
 
 // Milliseconds -> the shortest exact form with the largest unit: 1500 -> "1500ms", 35000 -> "35s".
 std::string FormatDurationMs(int64_t ms);
+// Bytes -> the largest exact binary unit: 1048576 -> "1MiB", 1500 -> "1500B".
+std::string FormatSize(uint64_t bytes);
 
 }  // namespace idemgate::conf

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "proxy/errors.h"
 #include "proxy/guard.h"
 #include "proxy/metrics.h"
+#include "store/claim_rules.h"
 
 namespace idemgate {
 
@@ -109,6 +111,61 @@ std::string RecordJson(const Record& record) {
     out += ",\"lease_until\":\"" + FormatRfc3339(record.lease_until_ms, false) + "\"";
   }
   return out + "}";
+}
+
+// "completed", "in_flight" (lease alive) or "in_flight_expired" (a retry may take it over).
+std::string StateName(const Record& record, TimeMs now) {
+  if (record.state == RecordState::kCompleted) return "completed";
+  return now < record.lease_until_ms ? "in_flight" : "in_flight_expired";
+}
+
+// The admin client's address, as evhttp saw it.
+std::string PeerAddress(evhttp_request* req) {
+  evhttp_connection* conn = evhttp_request_get_connection(req);
+  char* address = nullptr;
+  uint16_t port = 0;
+  if (conn != nullptr) evhttp_connection_get_peer(conn, &address, &port);
+  return address == nullptr ? std::string("unknown") : std::string(address);
+}
+
+// The first 16 hex digits of SHA-256(record key): names the record without logging the key.
+std::string RecordKeyHash(const ScopeId& scope, const std::string& key) {
+  std::string digest = Sha256(MakeRecordKey(scope, key));
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 8; ++i) {
+    out.push_back(kHex[static_cast<uint8_t>(digest[i]) >> 4]);
+    out.push_back(kHex[static_cast<uint8_t>(digest[i]) & 15]);
+  }
+  return out;
+}
+
+// One stderr line per admin delete: who asked, which record, its state, forced, the outcome.
+void LogDelete(evhttp_request* req, const ScopeId& scope, const std::string& key,
+               const std::string& state, bool force, const char* outcome) {
+  fprintf(stderr, "idemgate: admin delete: client=%s record=%s state=%s forced=%s result=%s\n",
+          PeerAddress(req).c_str(), RecordKeyHash(scope, key).c_str(), state.c_str(),
+          force ? "true" : "false", outcome);
+}
+
+// 409 for a non-forced delete of an in-flight record, saying what forcing would risk.
+void RefuseInFlight(evhttp_request* req, const Record& record, TimeMs now) {
+  if (now < record.lease_until_ms) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After",
+                      std::to_string(RetryAfterSeconds(record.lease_until_ms, now)).c_str());
+    return ReplyError(
+        req, 409, "Conflict", "record_in_flight",
+        "An attempt for this key is still running upstream (lease until " +
+            FormatRfc3339(record.lease_until_ms, false) +
+            "). Deleting it now lets a retry execute the request a second time while the first "
+            "may still succeed; wait for the lease to end, or add force=true to accept that risk.");
+  }
+  ReplyError(req, 409, "Conflict", "record_in_flight",
+             "The attempt for this key ended without a stored result (its lease ran out, e.g. "
+             "after a crash); the next retry of the same request takes it over without a delete. "
+             "A delete could remove the record of a retry that has just taken over, so that "
+             "another retry executes the request a second time; add force=true to accept that "
+             "risk.");
 }
 
 }  // namespace
@@ -290,22 +347,35 @@ void AdminServer::HandleRecords(evhttp_request* req) {
                       "Use GET or DELETE on /records.");
   }
   Query query(req);
+  // The credential comes from a header only: a query string would turn a base64 '+' into a
+  // space (form decoding) and so name another scope, and it would land in URL logs.
   const char* credential =
       evhttp_find_header(evhttp_request_get_input_headers(req), kCredentialHeader);
-  if (credential == nullptr) credential = query.Get("credential");
   const char* raw_key = query.Get("key");
+  const char* force = query.Get("force");
   std::string key;
+  if (query.ok() && query.Get("credential") != nullptr) {
+    return ReplyError(req, 400, "Bad Request", "bad_request",
+                      "The credential= query parameter is not accepted (URL decoding would alter "
+                      "'+' in it): send the caller's credential header value in "
+                      "X-Idemgate-Credential.");
+  }
   if (!query.ok() || credential == nullptr || *credential == '\0' || raw_key == nullptr) {
     return ReplyError(req, 400, "Bad Request", "bad_request",
                       "Give key=<Idempotency-Key value> and the caller's credential header value "
-                      "(X-Idemgate-Credential header, or credential=).");
+                      "in the X-Idemgate-Credential header.");
+  }
+  if (force != nullptr && std::strcmp(force, "true") != 0 && std::strcmp(force, "false") != 0) {
+    return ReplyError(req, 400, "Bad Request", "bad_request", "force= must be true or false.");
   }
   if (!ParseIdempotencyKey(raw_key, &key)) {
     return ReplyError(req, 400, "Bad Request", "idempotency_key_invalid",
                       GetErrorInfo(ErrorCode::kIdempotencyKeyInvalid).default_detail);
   }
   ScopeId scope = ComputeScopeId(config->scope.header, credential, config->scope.secret);
-  if (method == EVHTTP_REQ_DELETE) return DeleteRecord(req, scope, key);
+  if (method == EVHTTP_REQ_DELETE) {
+    return DeleteRecord(req, scope, key, force != nullptr && std::strcmp(force, "true") == 0);
+  }
   LookupRecord(req, scope, key);
 }
 
@@ -321,25 +391,45 @@ void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope, const 
   ReplyJson(req, 200, "OK", RecordJson(found.record));
 }
 
-void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key) {
+void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key,
+                               bool force) {
   LookupResult found = gateway_->store->Lookup(scope, key);
   if (found.outcome == LookupOutcome::kMiss) {
     return ReplyError(req, 404, "Not Found", "not_found", "No live record for this key.");
+  }
+  const bool readable = found.outcome == LookupOutcome::kFound;
+  if (!readable && !force) {  // a corrupt record, or the store is reopening
+    return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
+                      "The record could not be read, so its state is unknown; force=true deletes "
+                      "it anyway (if an attempt is still running, a retry may execute again).");
+  }
+  const TimeMs now = gateway_->clock->NowMs();
+  const Record& record = found.record;
+  const std::string state = readable ? StateName(record, now) : "unreadable";
+  // Only a completed record is stable between this read and the delete: an in-flight one may be
+  // running upstream, or be taken over by a retry at any moment (its lease ended).
+  if (readable && record.state == RecordState::kInFlight && !force) {
+    LogDelete(req, scope, key, state, force, "refused");
+    return RefuseInFlight(req, record, now);
   }
   auto done = std::make_shared<std::promise<StoreStatus>>();
   std::future<StoreStatus> result = done->get_future();
   gateway_->store->Delete(scope, key, [done](StoreStatus s) { done->set_value(std::move(s)); });
   if (result.wait_for(kStoreCallTimeout) != std::future_status::ready) {
+    LogDelete(req, scope, key, state, force, "unconfirmed");
     return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
                       "The store did not confirm the delete in time.");
   }
   StoreStatus status = result.get();
   if (!status.ok()) {
+    LogDelete(req, scope, key, state, force, "failed");
     return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
                       "The delete failed: " + status.message);
   }
+  LogDelete(req, scope, key, state, force, "deleted");
   std::string body = "{\"deleted\":true";
-  if (found.outcome == LookupOutcome::kFound) body += ",\"record\":" + RecordJson(found.record);
+  if (force) body += ",\"forced\":true";
+  if (readable) body += ",\"record\":" + RecordJson(record);
   ReplyJson(req, 200, "OK", body + "}");
 }
 

@@ -45,7 +45,9 @@ class AdminServer {
   void HandleReady(evhttp_request* req);
   void HandleRecords(evhttp_request* req);
   void LookupRecord(evhttp_request* req, const ScopeId& scope, const std::string& key);
-  void DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key);
+  // Refused (409) while an attempt's lease is alive, unless `force`; every delete is logged.
+  void DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key,
+                    bool force);
   // False (and the answer already sent) when the request may not use the record API.
   bool Authorize(evhttp_request* req, const Config& config);
 

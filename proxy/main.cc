@@ -22,6 +22,7 @@
 #include "proxy/gateway.h"
 #include "proxy/preflight.h"
 #include "proxy/reload.h"
+#include "proxy/store_signature.h"
 #include "proxy/tls.h"
 #include "proxy/metrics.h"
 #include "proxy/worker.h"
@@ -37,11 +38,15 @@ namespace {
 constexpr char kUsage[] =
     "usage: idemgate --config FILE          run the gateway\n"
     "       idemgate --check-config --config FILE   validate the configuration and exit\n"
+    "       idemgate --accept-new-signature --config FILE\n"
+    "                run, accepting key settings (idempotency.header, fingerprint_headers,\n"
+    "                scope.header, the scope secret) other than those the store was written with\n"
     "       idemgate --version | --help\n";
 
 struct Args {
   std::string config_path;
   bool check_only = false;
+  bool accept_new_signature = false;  // start although the store's settings signature differs
 };
 
 // Returns -1 to go on, or an exit code.
@@ -56,6 +61,8 @@ int ParseArgs(int argc, char** argv, Args* args) {
       return 0;
     } else if (arg == "--check-config") {
       args->check_only = true;
+    } else if (arg == "--accept-new-signature") {
+      args->accept_new_signature = true;
     } else if (arg == "--config" && i + 1 < argc) {
       args->config_path = argv[++i];
     } else if (arg.rfind("--config=", 0) == 0) {
@@ -84,8 +91,8 @@ void SetStopSignalsBlocked(bool blocked) {
 // Runs until SIGTERM/SIGINT; then drains the workers within the grace period.
 class Server {
  public:
-  Server(std::shared_ptr<const Config> config, std::string config_path)
-      : config_path_(std::move(config_path)) {
+  Server(std::shared_ptr<const Config> config, std::string config_path, bool accept_new_signature)
+      : config_path_(std::move(config_path)), accept_new_signature_(accept_new_signature) {
     gateway_.config.store(config);
   }
 
@@ -108,6 +115,12 @@ class Server {
       *error = ExplainStoreOpenError(config.store.path, *error);
       return false;
     }
+    // Before any loop runs: settings that would remap live records need the operator's consent.
+    std::string note;
+    if (!CheckStoreSignature(store_.get(), config, accept_new_signature_, error, &note)) {
+      return false;
+    }
+    if (!note.empty()) fprintf(stderr, "idemgate: %s\n", note.c_str());
     gateway_.store = store_.get();
     gateway_.clock = &clock_;
     if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
@@ -233,6 +246,7 @@ class Server {
   }
 
   std::string config_path_;
+  const bool accept_new_signature_;
   SystemClock clock_;
   SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
   SslCtxPtr upstream_tls_;
@@ -276,7 +290,7 @@ int Main(int argc, char** argv) {
   // ever handled by the main loop, and one sent during start-up is not lost or fatal.
   SetStopSignalsBlocked(true);
   evthread_use_pthreads();
-  Server server(loaded.config, args.config_path);
+  Server server(loaded.config, args.config_path, args.accept_new_signature);
   std::string error;
   if (!server.Open(&error)) {
     fprintf(stderr, "idemgate: %s\n", error.c_str());

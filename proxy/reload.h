@@ -14,11 +14,13 @@ struct ReloadPlan {
   std::vector<std::string> ignored;      // restart-only keys whose value changed
 };
 
-// Live: limits, timeouts, idempotency (header, methods, ttl, lease, require_key,
-// fingerprint_headers), admin.token, server.shutdown_grace. Restart-only: listen.*,
-// upstream.url/ca_file, store.*, server.workers, admin.address, log.access, and scope.* (a new
-// scope secret or header would turn every in-flight retry into a fresh key: it must be a
-// deliberate restart, never a side effect of a reload).
+// Each key's reload class is declared in its row of the key table (conf/config_keys.cc).
+// Restart-only: listen.*, upstream.url/ca_file, store.*, server.workers, admin.address,
+// log.access, scope.* (a new scope secret or header would turn every in-flight retry into a
+// fresh key), and idempotency.header/methods/fingerprint_headers (they decide which requests are
+// guarded and how they are fingerprinted: changed under live records, a retry would pass through
+// and execute again, or get 422). Everything else (limits, timeouts, ttl, lease, require_key,
+// admin.token, server.shutdown_grace) applies to exchanges that start after the reload.
 ReloadPlan PlanReload(const Config& running, const Config& next);
 
 }  // namespace idemgate

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "store/claim_rules.h"
+#include "store/meta_key.h"
 #include "store/rocks_store_internal.h"
 #include "store/ttl_filter.h"
 
@@ -128,6 +129,8 @@ class RocksStore final : public Store {
   LookupResult Lookup(const ScopeId& scope, std::string_view key, bool memory_only) override;
   void Delete(const ScopeId& scope, std::string key, StatusCallback done) override;
   uint64_t ApproximateRecords() override;
+  StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) override;
+  StoreStatus PutMeta(std::string_view name, std::string_view value) override;
   void Close() override;
 
   rocksdb::DB* db() { return db_.get(); }
@@ -244,6 +247,35 @@ uint64_t RocksStore::ApproximateRecords() {
   uint64_t n = 0;
   if (db_) db_->GetIntProperty("rocksdb.estimate-num-keys", &n);
   return n;
+}
+
+// Start-up only (see store.h); keys and values encoded by meta_key.h.
+StoreStatus RocksStore::GetMeta(std::string_view name, std::optional<std::string>* value) {
+  std::optional<std::string> key = MetaKey(name);
+  if (!key) return {StoreCode::kIoError, "bad meta name"};
+  std::shared_lock lock(db_mu_);
+  if (!db_) return {StoreCode::kShutdown, "store is closed"};
+  std::string raw;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), *key, &raw);
+  value->reset();
+  if (s.IsNotFound()) return {};
+  if (!s.ok()) return MapStatus(s);
+  *value = DecodeMetaValue(raw);
+  if (!value->has_value()) return {StoreCode::kCorruption, "bad meta value"};
+  return {};
+}
+
+StoreStatus RocksStore::PutMeta(std::string_view name, std::string_view value) {
+  std::optional<std::string> key = MetaKey(name);
+  if (!key) return {StoreCode::kIoError, "bad meta name"};
+  std::shared_lock lock(db_mu_);
+  if (!db_) return {StoreCode::kShutdown, "store is closed"};
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  rocksdb::Status s = db_->Put(sync, *key, EncodeMetaValue(value));
+  // Into a table file at once: the records' write-ahead log then starts empty, as without it.
+  if (s.ok()) s = db_->Flush(rocksdb::FlushOptions());
+  return MapStatus(s);
 }
 
 void RocksStore::Close() {

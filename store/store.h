@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "store/record.h"
 
@@ -100,6 +102,13 @@ class Store {
 
   // Deletes the record whatever its state (admin unblock). Reported once durable.
   virtual void Delete(const ScopeId& scope, std::string key, StatusCallback done) = 0;
+
+  // Start-up only, before any worker loop runs (these block the caller until durable): small
+  // named values kept beside the records (the settings signature), never expired, never seen as
+  // a record. `name` is short (at most kMaxMetaName bytes). A missing name gives nullopt.
+  static constexpr size_t kMaxMetaName = 16;
+  virtual StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) = 0;
+  virtual StoreStatus PutMeta(std::string_view name, std::string_view value) = 0;
 
   // Approximate number of records stored (for metrics).
   virtual uint64_t ApproximateRecords() = 0;

@@ -65,13 +65,9 @@ TEST_F(RecordApiTest, ReturnsTheRecordForTheRightToken) {
   ASSERT_EQ(Post("r-get", body).status, 201);
   std::string fp = ExpectedFingerprintPrefix("POST", "/v1/payment_intents", body);
 
-  // The credential as a header, and as a query parameter; the key quoted or bare (K1).
-  for (const auto& [query, headers] : std::vector<std::pair<std::string, HeaderList>>{
-           {"key=r-get", Auth(kToken)},
-           {"key=%22r-get%22", Auth(kToken)},
-           {"key=r-get&credential=Bearer%20merchant-demo",
-            {{"Authorization", std::string("Bearer ") + kToken}}}}) {
-    HttpResponse r = Records("GET", query, headers);
+  // The key quoted or bare (K1).
+  for (const std::string query : {"key=r-get", "key=%22r-get%22"}) {
+    HttpResponse r = Records("GET", query, Auth(kToken));
     ASSERT_EQ(r.status, 200) << query << " " << r.raw;
     EXPECT_EQ(r.Header("Content-Type"), "application/json");
     static const std::regex kShape(
@@ -87,10 +83,42 @@ TEST_F(RecordApiTest, ReturnsTheRecordForTheRightToken) {
                       {"X-Idemgate-Credential", "Bearer someone-else"}};
   EXPECT_EQ(Records("GET", "key=r-get", other).status, 404);
   EXPECT_EQ(Records("GET", "key=r-unknown", Auth(kToken)).status, 404);
-  EXPECT_EQ(Records("GET", "credential=x", Auth(kToken)).status, 400);  // no key
+  EXPECT_EQ(Records("GET", "force=true", Auth(kToken)).status, 400);  // no key
 }
 
-TEST_F(RecordApiTest, DeleteUnblocksAnInFlightKey) {
+// Issue 10 #17: a base64 credential ('+', '/', '=') names its own scope. It is taken from the
+// X-Idemgate-Credential header only: the credential= query parameter (where form decoding turns
+// '+' into a space, naming another scope) is refused with a message saying where it belongs.
+TEST_F(RecordApiTest, Base64CredentialFindsItsRecordThroughTheHeaderOnly) {
+  StartWithAdmin(kToken);
+  const std::string credential = "Basic YWxp+ZTpz/ZWNy==";
+  ASSERT_EQ(Post("r-b64", "{}", "/v1/payment_intents", {{"Authorization", credential}}).status,
+            201);
+  HeaderList by_header = {{"Authorization", std::string("Bearer ") + kToken},
+                          {"X-Idemgate-Credential", credential}};
+  HttpResponse found = Records("GET", "key=r-b64", by_header);
+  ASSERT_EQ(found.status, 200) << found.raw;
+  EXPECT_NE(found.body.find("\"state\":\"completed\""), std::string::npos) << found.body;
+
+  HeaderList token_only = {{"Authorization", std::string("Bearer ") + kToken}};
+  for (const char* method : {"GET", "DELETE"}) {
+    for (const std::string query : {"key=r-b64&credential=Basic%20YWxp+ZTpz/ZWNy==",
+                                    "key=r-b64&credential=Basic%20YWxp%2BZTpz%2FZWNy%3D%3D"}) {
+      HttpResponse r = Records(method, query, token_only);
+      EXPECT_EQ(r.status, 400) << method << " " << query << " " << r.raw;
+      EXPECT_NE(r.body.find("\"error\":\"bad_request\""), std::string::npos) << r.body;
+      EXPECT_NE(r.body.find("X-Idemgate-Credential"), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_EQ(Post("r-b64", "{}", "/v1/payment_intents", {{"Authorization", credential}})
+                .Header("Idempotent-Replayed"),
+            "true");  // nothing was deleted
+}
+
+// Issue 10 #6: a live in-flight record is not deleted unless the request says force=true (the
+// answer says what forcing risks); every admin delete is logged with who, which record, which
+// state, and whether it was forced.
+TEST_F(RecordApiTest, DeleteOfALiveAttemptNeedsForce) {
   Set("upstream", "response_timeout", "\"3s\"");
   StartWithAdmin(kToken);
   upstream_.EnqueueBehavior(UpstreamBehavior::Act(UpstreamAction::kHang));
@@ -103,12 +131,31 @@ TEST_F(RecordApiTest, DeleteUnblocksAnInFlightKey) {
   ASSERT_EQ(found.status, 200) << found.raw;
   EXPECT_NE(found.body.find("\"state\":\"in_flight\""), std::string::npos) << found.body;
 
-  HttpResponse deleted = Records("DELETE", "key=r-stuck", Auth(kToken));
-  ASSERT_EQ(deleted.status, 200) << deleted.raw;
-  EXPECT_NE(deleted.body.find("\"deleted\":true"), std::string::npos);
-  EXPECT_EQ(Records("GET", "key=r-stuck", Auth(kToken)).status, 404);
+  HttpResponse refused = Records("DELETE", "key=r-stuck", Auth(kToken));
+  ASSERT_EQ(refused.status, 409) << refused.raw;
+  EXPECT_NE(refused.body.find("{\"error\":\"record_in_flight\",\"detail\":"), std::string::npos)
+      << refused.body;
+  EXPECT_NE(refused.body.find("force=true"), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find("second time"), std::string::npos) << refused.body;
+  EXPECT_TRUE(refused.Header("Retry-After").has_value());
+  EXPECT_TRUE(gateway_.WaitForOutput("forced=false result=refused")) << gateway_.log();
+  // Still guarded: the retry is told to wait, and nothing else went upstream.
+  EXPECT_EQ(ErrorCodeOf(Post("r-stuck", "{}")), "idempotency_key_in_use");
+  EXPECT_EQ(upstream_.requests(), 1);
+  EXPECT_EQ(Records("DELETE", "key=r-stuck&force=maybe", Auth(kToken)).status, 400);
 
-  HttpResponse again = Post("r-stuck", "{}");  // executes again
+  HttpResponse deleted = Records("DELETE", "key=r-stuck&force=true", Auth(kToken));
+  ASSERT_EQ(deleted.status, 200) << deleted.raw;
+  EXPECT_NE(deleted.body.find("\"deleted\":true,\"forced\":true"), std::string::npos);
+  EXPECT_EQ(Records("GET", "key=r-stuck", Auth(kToken)).status, 404);
+  static const std::regex kLogLine(
+      R"re(admin delete: client=127\.0\.0\.1 record=[0-9a-f]{16} state=in_flight )re"
+      R"re(forced=true result=deleted)re");
+  EXPECT_TRUE(gateway_.WaitForOutput("forced=true result=deleted"));
+  EXPECT_TRUE(std::regex_search(gateway_.log(), kLogLine)) << gateway_.log();
+  EXPECT_EQ(gateway_.log().find("r-stuck"), std::string::npos);  // the key itself is not logged
+
+  HttpResponse again = Post("r-stuck", "{}");  // executes again: the risk force accepted
   EXPECT_EQ(again.status, 201) << again.raw;
   EXPECT_FALSE(again.Header("Idempotent-Replayed").has_value());
   EXPECT_EQ(upstream_.requests(), 2);
@@ -122,6 +169,53 @@ TEST_F(RecordApiTest, DeleteUnblocksAnInFlightKey) {
   EXPECT_EQ(replay.status, 201);
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(Records("DELETE", "key=r-stuck-never", Auth(kToken)).status, 404);
+}
+
+// An in-flight record whose lease ran out (the gateway crashed mid-attempt) is not deleted without
+// force either: a retry may take it over at any moment, and the delete would then remove the
+// live attempt's record. The retry itself needs no delete.
+TEST_F(RecordApiTest, DeleteOfAnExpiredAttemptNeedsForceToo) {
+  Set("upstream", "connect_timeout", "\"100ms\"");
+  Set("upstream", "response_timeout", "\"400ms\"");
+  Set("idempotency", "lease", "\"1s\"");
+  StartWithAdmin(kToken);
+  upstream_.EnqueueBehavior(UpstreamBehavior::Act(UpstreamAction::kHang));
+  std::thread cut([&] { Post("r-crash", "{}"); });
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  RestartGateway();  // kill -9 while the attempt runs upstream
+  cut.join();
+  admin_port_ = gateway_.WaitForPort("admin listening on ");
+  ASSERT_NE(admin_port_, 0) << gateway_.log();
+
+  HttpResponse refused;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {  // 409 while the lease lives, then 409 saying it ran out
+    refused = Records("DELETE", "key=r-crash", Auth(kToken));
+    ASSERT_EQ(refused.status, 409) << refused.raw;
+    if (refused.body.find("ended without a stored result") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_NE(refused.body.find("force=true"), std::string::npos) << refused.body;
+  EXPECT_FALSE(refused.Header("Retry-After").has_value());
+  EXPECT_TRUE(gateway_.WaitForOutput("state=in_flight_expired forced=false result=refused"));
+
+  HttpResponse retry = Post("r-crash", "{}");  // takes the attempt over: executes once more
+  EXPECT_EQ(retry.status, 201) << retry.raw;
+  EXPECT_EQ(upstream_.requests(), 2);
+  EXPECT_EQ(Post("r-crash", "{}").Header("Idempotent-Replayed"), "true");
+}
+
+// A completed record (nothing upstream any more) is deleted without force, and logged.
+TEST_F(RecordApiTest, DeleteOfACompletedRecordNeedsNoForce) {
+  StartWithAdmin(kToken);
+  ASSERT_EQ(Post("r-done", "{}").status, 201);
+  HttpResponse deleted = Records("DELETE", "key=r-done", Auth(kToken));
+  ASSERT_EQ(deleted.status, 200) << deleted.raw;
+  EXPECT_NE(deleted.body.find("\"state\":\"completed\""), std::string::npos) << deleted.body;
+  EXPECT_TRUE(gateway_.WaitForOutput("state=completed forced=false result=deleted"))
+      << gateway_.log();
+  EXPECT_FALSE(Post("r-done", "{}").Header("Idempotent-Replayed").has_value());
+  EXPECT_EQ(upstream_.requests(), 2);
 }
 
 }  // namespace

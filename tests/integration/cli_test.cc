@@ -72,7 +72,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[idempotency]\nttl = \"20s\"\n", "idempotency.ttl"},      // C4: < lease
         BadConfig{"[scope]\nsecret_file = \"/nonexistent/secret\"\n", "scope.secret_file"},
         BadConfig{"[store]\nsync = \"yes\"\n", "store.sync"},
-        BadConfig{"[listen\n", "bad.toml"}));
+        BadConfig{"[listen\n", "bad.toml"},
+        // Issue 10 #11: values near INT64_MAX are refused with their bound, not left to overflow.
+        BadConfig{"[idempotency]\nttl = \"106751991167d\"\n",
+                  "idempotency.ttl': must be at most 365d"},
+        BadConfig{"[idempotency]\nlease = \"106751991167d\"\n",
+                  "idempotency.lease': must be at most 7d"},
+        BadConfig{"[limits]\nmax_request_body = 9223372036854775807\n",
+                  "limits.max_request_body': must be at most 1GiB"}));
 
 TEST(Cli, GatewayRefusesToStartWithBadConfig) {
   TempDir dir;

@@ -161,6 +161,42 @@ TEST_F(ReloadTest, BrokenFileKeepsTheRunningConfig) {
   EXPECT_EQ(upstream_.requests(), 2);
 }
 
+// Issue 10 #5: renaming the key header by SIGHUP turned a retry into a passthrough (a second
+// execution). The header is restart-only: the reload logs it, and the old header still guards.
+TEST_F(ReloadTest, KeyHeaderChangeWaitsForARestartAndTheOldHeaderStillGuards) {
+  StartGateway();
+  const std::string body = R"({"amount":"9"})";
+  HttpResponse first = Post("h-1", body);
+  ASSERT_EQ(first.status, 201) << first.raw;
+
+  Set("idempotency", "header", "\"X-Request-Key\"");
+  Set("idempotency", "fingerprint_headers", "[\"X-Account\"]");
+  ReloadConfig();
+  EXPECT_NE(gateway_.log().find("reload: idempotency.header changed; it takes effect after a "
+                                "restart"),
+            std::string::npos)
+      << gateway_.log();
+  EXPECT_NE(gateway_.log().find("reload: idempotency.fingerprint_headers changed"),
+            std::string::npos)
+      << gateway_.log();
+
+  // The retry under the running header replays (no second execution, no 422 for a header the
+  // first request did not fingerprint) ...
+  HeaderList with_account = kMerchant;
+  with_account.emplace_back("X-Account", "acct_1");
+  HttpResponse retry = Post("h-1", body, "/v1/payment_intents", with_account);
+  ASSERT_EQ(retry.status, 201) << retry.raw;
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 1);
+  // ... and the new header name guards nothing yet.
+  HeaderList renamed = kMerchant;
+  renamed.emplace_back("X-Request-Key", "h-1");
+  TestClient client(port_);
+  ASSERT_EQ(client.Request("POST", "/v1/payment_intents", renamed, body).status, 201);
+  ASSERT_EQ(client.Request("POST", "/v1/payment_intents", renamed, body).status, 201);
+  EXPECT_EQ(upstream_.requests(), 3);
+}
+
 // A service manager may send SIGHUP as soon as the gateway reports it is listening: the signal
 // must be handled (a reload), never the default action (termination). The window is short (the
 // listening line is printed before the signal events exist), so this fails only sometimes when

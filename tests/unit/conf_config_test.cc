@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "conf/config.h"
+#include "conf/config_keys.h"
 
 namespace idemgate {
 namespace {
@@ -123,6 +124,36 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
     previous = line;
   }
   EXPECT_EQ(found, keys);
+}
+
+// The key table is the one declaration of each key: conf/idemgate.toml lists exactly its keys,
+// in its order, each with the table's doc line just above and its default value.
+TEST(ShippedFiles, IdemgateTomlMatchesTheKeyTable) {
+  std::istringstream in(ReadText(ConfDir() / "idemgate.toml"));
+  std::vector<std::string> found;
+  std::string section, line, previous;
+  while (std::getline(in, line)) {
+    if (line.size() > 2 && line.front() == '[') section = line.substr(1, line.find(']') - 1);
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos || line.front() == '#') {
+      previous = line;
+      continue;
+    }
+    const size_t index = found.size();
+    found.push_back(section + "." + line.substr(0, eq));
+    ASSERT_LT(index, conf::ConfigKeys().size()) << found.back() << " is not in the key table";
+    const conf::KeySpec& key = conf::ConfigKeys()[index];
+    EXPECT_EQ(found.back(), key.Qualified()) << "the sample's order differs from the table's";
+    EXPECT_EQ(previous, "# " + std::string(key.doc)) << key.Qualified();
+    // The sample's value, alone in its section, gives the field's default ("24h" == "1d").
+    ConfigResult alone = ParseConfig("[" + section + "]\n" + line + "\n", "alone.toml");
+    ASSERT_TRUE(alone.ok()) << alone.error;
+    EXPECT_TRUE(conf::SameValue(key.field, *alone.config, Config{}))
+        << key.Qualified() << ": sample " << line.substr(eq + 3) << ", default "
+        << conf::FormatDefault(key);
+    previous = line;
+  }
+  EXPECT_EQ(found.size(), conf::ConfigKeys().size());
 }
 
 TEST(ShippedFiles, DemoTomlRunsTheDemo) {

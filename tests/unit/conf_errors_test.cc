@@ -66,6 +66,51 @@ TEST(ConfigErrors, BadDurations) {
                 "bad duration");
 }
 
+// Issue 10 #11: a duration or size near the integer limits is refused with its bound, never
+// accepted to overflow later (a ttl of 106751991167d made now + ttl wrap: every record was born
+// expired). Each bound is accepted exactly and refused one unit above.
+TEST(ConfigErrors, DurationsAndSizesHaveSaneMaximums) {
+  ExpectRefused("[idempotency]\nttl = \"106751991167d\"\n", 2, "idempotency.ttl",
+                "must be at most 365d, got \"106751991167d\"");
+  ExpectRefused("[idempotency]\nttl = \"366d\"\n", 2, "idempotency.ttl", "at most 365d");
+  ExpectRefused("[idempotency]\nlease = \"9223372036854775807ms\"\n", 2, "idempotency.lease",
+                "at most 7d");
+  ExpectRefused("[idempotency]\nlease = \"9999999999999999999ms\"\n", 2, "idempotency.lease",
+                "too large (at most 7d)");
+  ExpectRefused("[upstream]\nconnect_timeout = \"11m\"\n", 2, "upstream.connect_timeout",
+                "at most 10m");
+  ExpectRefused("[upstream]\nresponse_timeout = \"25h\"\n", 2, "upstream.response_timeout",
+                "at most 1d");
+  ExpectRefused("[limits]\nclient_timeout = \"61m\"\n", 2, "limits.client_timeout", "at most 1h");
+  ExpectRefused("[limits]\nidle_timeout = \"2d\"\n", 2, "limits.idle_timeout", "at most 1d");
+  ExpectRefused("[server]\nshutdown_grace = \"2h\"\n", 2, "server.shutdown_grace", "at most 1h");
+  ExpectRefused("[limits]\nmax_request_body = \"2GiB\"\n", 2, "limits.max_request_body",
+                "must be at most 1GiB, got \"2GiB\"");
+  ExpectRefused("[limits]\nmax_request_body = 9223372036854775807\n", 2, "limits.max_request_body",
+                "at most 1GiB");
+  ExpectRefused("[limits]\nmax_header_bytes = \"1025KiB\"\n", 2, "limits.max_header_bytes",
+                "at most 1MiB");
+  ConfigResult at_bounds = ParseConfig(R"(
+[upstream]
+connect_timeout = "10m"
+response_timeout = "1d"
+[idempotency]
+lease = "7d"
+ttl = "365d"
+[limits]
+max_request_body = "1GiB"
+max_response_body = "1GiB"
+max_header_bytes = "1MiB"
+client_timeout = "1h"
+idle_timeout = "1d"
+[server]
+shutdown_grace = "1h"
+)",
+                                       "bounds.toml");
+  ASSERT_TRUE(at_bounds.ok()) << at_bounds.error;
+  EXPECT_EQ(at_bounds.config->idempotency.ttl_ms, 365 * 86'400'000LL);
+}
+
 TEST(ConfigErrors, BadSizes) {
   ExpectRefused("[limits]\nmax_request_body = \"1XB\"\n", 2, "limits.max_request_body",
                 "bad size \"1XB\"");

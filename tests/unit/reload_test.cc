@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <variant>
+
+#include "conf/config_keys.h"
 
 namespace idemgate {
 namespace {
@@ -49,6 +53,59 @@ TEST(Reload, RestartOnlyKeysKeepRunningValuesAndAreNamed) {
   EXPECT_EQ(plan.config->server.workers, running.server.workers);
   EXPECT_EQ(plan.config->scope.secret, "");
   EXPECT_EQ(plan.config->limits.idle_timeout_ms, 5);  // live keys still apply
+}
+
+// Issue 10 #5: the keys that decide which requests are guarded and how they are fingerprinted
+// wait for a restart (changed under live records, a retry would pass through or get 422).
+TEST(Reload, GuardAndFingerprintKeysAreRestartOnly) {
+  Config running;
+  Config next;
+  next.idempotency.header = "X-Other-Key";
+  next.idempotency.methods = {"POST"};
+  next.idempotency.fingerprint_headers = {"x-account"};
+  next.idempotency.require_key = {"/v1/"};  // live: it only adds 400s, never a passthrough
+  ReloadPlan plan = PlanReload(running, next);
+  EXPECT_TRUE(Names(plan, "idempotency.header"));
+  EXPECT_TRUE(Names(plan, "idempotency.methods"));
+  EXPECT_TRUE(Names(plan, "idempotency.fingerprint_headers"));
+  EXPECT_EQ(plan.ignored.size(), 3u);
+  EXPECT_EQ(plan.config->idempotency.header, "Idempotency-Key");
+  EXPECT_EQ(plan.config->idempotency.methods, running.idempotency.methods);
+  EXPECT_TRUE(plan.config->idempotency.fingerprint_headers.empty());
+  EXPECT_EQ(plan.config->idempotency.require_key, std::vector<std::string>{"/v1/"});
+}
+
+// The plan is derived from the key table: every restart-only key, changed alone, is named and
+// kept; every live key, changed alone, applies and is not named.
+TEST(Reload, EveryKeyFollowsItsTableRow) {
+  for (const conf::KeySpec& key : conf::ConfigKeys()) {
+    Config running;
+    Config next;
+    std::visit(
+        [](auto* value) {
+          using T = std::remove_pointer_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            *value = !*value;
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            *value += "-changed";
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            value->push_back("CHANGED");
+          } else if constexpr (std::is_same_v<T, HostPort>) {
+            value->port += 1;
+          } else {
+            *value += 1;
+          }
+        },
+        key.field(next));
+    ReloadPlan plan = PlanReload(running, next);
+    if (key.reload == conf::Reload::kRestart) {
+      EXPECT_EQ(plan.ignored, std::vector<std::string>{key.Qualified()});
+      EXPECT_TRUE(conf::SameValue(key.field, *plan.config, running)) << key.Qualified();
+    } else {
+      EXPECT_TRUE(plan.ignored.empty()) << key.Qualified();
+      EXPECT_TRUE(conf::SameValue(key.field, *plan.config, next)) << key.Qualified();
+    }
+  }
 }
 
 }  // namespace

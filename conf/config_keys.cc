@@ -1,0 +1,352 @@
+// The table of configuration keys (see config_keys.h), their key-specific checks, and the
+// generic reading, comparing and formatting of a key's value.
+#include "conf/config_keys.h"
+
+#include <algorithm>
+#include <array>
+#include <type_traits>
+#include <utility>
+
+#include "conf/config_values.h"
+
+namespace idemgate::conf {
+namespace {
+
+constexpr int64_t kSecond = 1'000;
+constexpr int64_t kMinute = 60 * kSecond;
+constexpr int64_t kHour = 60 * kMinute;
+constexpr int64_t kDay = 24 * kHour;
+constexpr int64_t kMiB = 1 << 20;
+constexpr int64_t kGiB = 1 << 30;  // record.cc encodes body sizes in 32 bits
+constexpr std::array<std::string_view, 4> kSafeMethods = {"GET", "HEAD", "OPTIONS", "TRACE"};
+
+// ----- Key-specific checks -----
+
+void CheckListenAddress(const Context&, const SectionReader& r, bool, Config* c) {
+  std::string why;
+  auto addr = ParseHostPort(c->listen.address, /*allow_port_zero=*/true, &why);
+  if (!addr) r.Fail("address", "bad address \"" + c->listen.address + "\": " + why);
+  c->listen.addr = std::move(*addr);
+}
+
+void CheckUpstreamUrl(const Context&, const SectionReader& r, bool, Config* c) {
+  std::string why;
+  auto url = ParseHttpUrl(c->upstream.url, &why);
+  if (!url) r.Fail("url", "bad url \"" + c->upstream.url + "\": " + why);
+  c->upstream.tls = url->tls;
+  c->upstream.addr = std::move(url->addr);
+}
+
+// Methods: upper-cased tokens, no safe methods (SPEC G1), no duplicates, at least one.
+void CheckMethods(const Context&, const SectionReader& r, bool present, Config* c) {
+  if (!present) return;
+  std::vector<std::string>& methods = c->idempotency.methods;
+  if (methods.empty()) r.Fail("methods", "must list at least one method, like [\"POST\"]");
+  for (std::string& method : methods) {
+    if (!IsHttpToken(method)) r.Fail("methods", "\"" + method + "\" is not a valid method");
+    method = ToUpperAscii(method);
+    if (std::find(kSafeMethods.begin(), kSafeMethods.end(), method) != kSafeMethods.end()) {
+      r.Fail("methods", method + " is a safe method and cannot be guarded (it needs no key)");
+    }
+    if (std::count(methods.begin(), methods.end(), method) > 1) {
+      r.Fail("methods", method + " is listed more than once");
+    }
+  }
+}
+
+void CheckRequireKey(const Context&, const SectionReader& r, bool, Config* c) {
+  for (const std::string& prefix : c->idempotency.require_key) {
+    if (prefix.empty() || prefix.front() != '/') {
+      r.Fail("require_key", "\"" + prefix + "\" must be a path prefix starting with '/'");
+    }
+    for (unsigned char ch : prefix) {
+      if (ch <= 0x20 || ch >= 0x7f) {
+        r.Fail("require_key", "\"" + prefix + "\" must be visible ASCII without spaces");
+      }
+    }
+  }
+}
+
+// Fingerprint headers: lower-cased tokens, no duplicates (each would be hashed twice).
+void CheckFingerprintHeaders(const Context&, const SectionReader& r, bool, Config* c) {
+  std::vector<std::string>& headers = c->idempotency.fingerprint_headers;
+  for (std::string& header : headers) {
+    if (!IsHttpToken(header)) {
+      r.Fail("fingerprint_headers", "\"" + header + "\" is not a valid header name");
+    }
+    header = ToLowerAscii(header);
+    if (std::count(headers.begin(), headers.end(), header) > 1) {
+      r.Fail("fingerprint_headers", "\"" + header + "\" is listed more than once");
+    }
+  }
+}
+
+// Reads a path key's file (relative to the config's directory), checking it is readable and
+// not empty; the bytes go to *contents when given.
+void ReadPathFile(const Context& ctx, const SectionReader& r, std::string_view key,
+                  std::string* path, std::string* contents) {
+  if (path->empty()) return;
+  *path = ctx.Resolve(*path);
+  std::string data;
+  std::string why;
+  if (!ReadWholeFile(*path, &data, &why)) r.Fail(key, "cannot read \"" + *path + "\": " + why);
+  if (data.empty()) r.Fail(key, "the file \"" + *path + "\" is empty");
+  if (contents != nullptr) *contents = std::move(data);
+}
+
+void LoadScopeSecret(const Context& ctx, const SectionReader& r, bool, Config* c) {
+  ReadPathFile(ctx, r, "secret_file", &c->scope.secret_file, &c->scope.secret);
+}
+
+void CheckStorePath(const Context&, const SectionReader& r, bool, Config* c) {
+  if (c->store.path.empty()) r.Fail("path", "must not be empty");
+}
+
+void CheckAdminAddress(const Context&, const SectionReader& r, bool, Config* c) {
+  if (c->admin.address.empty()) return;
+  std::string why;
+  auto addr = ParseHostPort(c->admin.address, /*allow_port_zero=*/true, &why);
+  if (!addr) {
+    r.Fail("address",
+           "bad address \"" + c->admin.address + "\": " + why + " (\"\" disables admin)");
+  }
+  c->admin.addr = std::move(*addr);
+}
+
+void CheckLogAccess(const Context&, const SectionReader& r, bool, Config* c) {
+  if (c->log.access.empty()) {
+    r.Fail("access", "must not be empty (use \"stdout\", \"off\" or a file path)");
+  }
+}
+
+// ----- The table -----
+
+#define FIELD(path) [](Config& c) -> FieldRef { return &c.path; }
+constexpr Reload kLive = Reload::kLive;
+constexpr Reload kRestart = Reload::kRestart;
+
+const KeySpec kKeys[] = {
+    {"listen", "address", Kind::kString, kRestart, FIELD(listen.address), 0, 0, CheckListenAddress,
+     "Client-facing address, \"host:port\" or \"[v6]:port\"; port 0 picks a free port."},
+    {"listen", "tls_cert", Kind::kPath, kRestart, FIELD(listen.tls_cert), 0, 0, nullptr,
+     "PEM certificate chain for TLS towards clients; set together with tls_key (\"\" = plain "
+     "HTTP)."},
+    {"listen", "tls_key", Kind::kPath, kRestart, FIELD(listen.tls_key), 0, 0, nullptr,
+     "PEM private key for tls_cert; set together with tls_cert."},
+
+    {"upstream", "url", Kind::kString, kRestart, FIELD(upstream.url), 0, 0, CheckUpstreamUrl,
+     "The origin: \"http://host[:port]\" or \"https://host[:port]\", no path (default port 80 "
+     "/ 443)."},
+    {"upstream", "ca_file", Kind::kPath, kRestart, FIELD(upstream.ca_file), 0, 0, nullptr,
+     "PEM CA bundle to verify an https:// upstream (\"\" = the system CA store); only for "
+     "https://."},
+    {"upstream", "connect_timeout", Kind::kDuration, kLive, FIELD(upstream.connect_timeout_ms), 0,
+     10 * kMinute, nullptr,
+     "How long to wait for a connection to the upstream (> 0, at most 10m)."},
+    {"upstream", "response_timeout", Kind::kDuration, kLive, FIELD(upstream.response_timeout_ms), 0,
+     kDay, nullptr,
+     "How long to wait for the upstream's complete response once the request is sent (at most "
+     "1d)."},
+
+    // header, methods and fingerprint_headers decide which requests are guarded and how they are
+    // fingerprinted: changed under live records, a retry would pass through or get 422.
+    {"idempotency", "header", Kind::kHeaderName, kRestart, FIELD(idempotency.header), 0, 0, nullptr,
+     "The request header that carries the idempotency key (a valid header name; restart-only)."},
+    {"idempotency", "methods", Kind::kStrings, kRestart, FIELD(idempotency.methods), 0, 0,
+     CheckMethods,
+     "Methods guarded when they carry a key (restart-only); GET, HEAD, OPTIONS, TRACE are "
+     "refused."},
+    {"idempotency", "ttl", Kind::kDuration, kLive, FIELD(idempotency.ttl_ms), 0, 365 * kDay,
+     nullptr,
+     "How long a record (and its stored response) lives after creation; must exceed lease; at "
+     "most 365d."},
+    {"idempotency", "lease", Kind::kDuration, kLive, FIELD(idempotency.lease_ms), 0, 7 * kDay,
+     nullptr,
+     "How long an in-flight attempt owns its key; > connect_timeout + response_timeout; at "
+     "most 7d."},
+    {"idempotency", "require_key", Kind::kStrings, kLive, FIELD(idempotency.require_key), 0, 0,
+     CheckRequireKey,
+     "Path prefixes where a guarded method must carry a key, each starting with '/', e.g. "
+     "[\"/v1/pay\"]."},
+    {"idempotency", "fingerprint_headers", Kind::kStrings, kRestart,
+     FIELD(idempotency.fingerprint_headers), 0, 0, CheckFingerprintHeaders,
+     "Request headers in the fingerprint (case-insensitive, stored lower-cased; restart-only)."},
+    {"idempotency", "takeover", Kind::kBool, kLive, FIELD(idempotency.takeover), 0, 0, nullptr,
+     "After a lost attempt (crash or pause past its lease): true = a retry executes again; "
+     "false = never twice: the retry gets a stored 502 upstream_failed (C5)."},
+
+    {"scope", "header", Kind::kHeaderName, kRestart, FIELD(scope.header), 0, 0, nullptr,
+     "The credential header whose value namespaces keys (never stored in clear; see secret_file)."},
+    {"scope", "secret_file", Kind::kString, kRestart, FIELD(scope.secret_file), 0, 0,
+     LoadScopeSecret,
+     "File whose bytes are the HMAC secret for scope ids (\"\" = plain SHA-256); must not be "
+     "empty."},
+
+    {"store", "path", Kind::kString, kRestart, FIELD(store.path), 0, 0, CheckStorePath,
+     "Directory of the embedded record store (RocksDB)."},
+    {"store", "sync", Kind::kBool, kRestart, FIELD(store.sync), 0, 0, nullptr,
+     "true: every claim and completion is synced to the write-ahead log before it is acted on."},
+
+    {"limits", "max_request_body", Kind::kSize, kLive, FIELD(limits.max_request_body), 0, kGiB,
+     nullptr, "Largest request body accepted (413 above it; at most 1GiB)."},
+    {"limits", "max_response_body", Kind::kSize, kLive, FIELD(limits.max_response_body), 0, kGiB,
+     nullptr,
+     "Largest upstream response body stored and relayed (502 upstream_failed above it; at "
+     "most 1GiB)."},
+    {"limits", "max_header_bytes", Kind::kSize, kLive, FIELD(limits.max_header_bytes), 0, kMiB,
+     nullptr,
+     "Largest request head (request line and headers) accepted (431 above it; at most 1MiB)."},
+    {"limits", "client_timeout", Kind::kDuration, kLive, FIELD(limits.client_timeout_ms), 0, kHour,
+     nullptr,
+     "Time a client has to send its whole request, from its first byte (408 after it; at most "
+     "1h)."},
+    {"limits", "idle_timeout", Kind::kDuration, kLive, FIELD(limits.idle_timeout_ms), 0, kDay,
+     nullptr,
+     "Time a keep-alive connection may sit idle between requests before it is closed (at most "
+     "1d)."},
+
+    {"server", "workers", Kind::kInt, kRestart, FIELD(server.workers), 0, 64, nullptr,
+     "Worker event-loop threads: 0 = one per CPU core, otherwise 1 to 64."},
+    {"server", "shutdown_grace", Kind::kDuration, kLive, FIELD(server.shutdown_grace_ms), 0, kHour,
+     nullptr,
+     "On SIGTERM/SIGINT, how long in-flight requests may run before the gateway exits (at "
+     "most 1h)."},
+
+    {"admin", "address", Kind::kString, kRestart, FIELD(admin.address), 0, 0, CheckAdminAddress,
+     "Admin listener address, \"host:port\" (\"\" = no admin listener)."},
+    {"admin", "token", Kind::kString, kLive, FIELD(admin.token), 0, 0, nullptr,
+     "Bearer token for the admin record API (\"\" = the record API is off)."},
+
+    {"log", "access", Kind::kString, kRestart, FIELD(log.access), 0, 0, CheckLogAccess,
+     "Access log destination: \"stdout\", \"off\" or a file path (appended to)."},
+};
+
+const DerivedField kDerived[] = {
+    {"", FIELD(listen.addr)},
+    {"", FIELD(upstream.addr)},
+    {"", FIELD(upstream.tls)},
+    {"", FIELD(admin.addr)},
+    // The file may be rewritten in place: its bytes change the scope ids as much as its path.
+    {"scope.secret (file contents)", FIELD(scope.secret)},
+};
+#undef FIELD
+
+bool ReadHeaderName(const SectionReader& r, std::string_view key, std::string* out) {
+  if (!r.String(key, out)) return false;
+  if (out->empty()) r.Fail(key, "must not be empty");
+  if (!IsHttpToken(*out)) r.Fail(key, "\"" + *out + "\" is not a valid header name");
+  return true;
+}
+
+bool ReadInt(const SectionReader& r, const KeySpec& key, FieldRef field) {
+  int64_t value = 0;
+  if (!r.Int(key.name, &value)) return false;
+  if (value < key.min || value > key.max) {
+    r.Fail(key.name, "must be between " + std::to_string(key.min) + " and " +
+                         std::to_string(key.max) + ", got " + std::to_string(value));
+  }
+  if (auto* narrow = std::get_if<int*>(&field)) {
+    **narrow = static_cast<int>(value);
+  } else {
+    *std::get<int64_t*>(field) = value;
+  }
+  return true;
+}
+
+std::string Quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+}  // namespace
+
+std::span<const KeySpec> ConfigKeys() { return kKeys; }
+std::span<const DerivedField> DerivedFields() { return kDerived; }
+
+std::vector<std::string_view> ConfigSections() {
+  std::vector<std::string_view> sections;
+  for (const KeySpec& key : kKeys) {
+    if (sections.empty() || sections.back() != key.section) sections.push_back(key.section);
+  }
+  return sections;
+}
+
+void ReadKey(const KeySpec& key, const Context& ctx, const SectionReader& r, Config* config) {
+  FieldRef field = key.field(*config);
+  bool present = false;
+  switch (key.kind) {
+    case Kind::kString:
+      present = r.String(key.name, std::get<std::string*>(field));
+      break;
+    case Kind::kHeaderName:
+      present = ReadHeaderName(r, key.name, std::get<std::string*>(field));
+      break;
+    case Kind::kPath:
+      present = r.String(key.name, std::get<std::string*>(field));
+      ReadPathFile(ctx, r, key.name, std::get<std::string*>(field), nullptr);
+      break;
+    case Kind::kBool:
+      present = r.Bool(key.name, std::get<bool*>(field));
+      break;
+    case Kind::kInt:
+      present = ReadInt(r, key, field);
+      break;
+    case Kind::kDuration:
+      present = r.Duration(key.name, std::get<int64_t*>(field), key.max);
+      break;
+    case Kind::kSize:
+      present = r.Size(key.name, std::get<uint64_t*>(field), static_cast<uint64_t>(key.max));
+      break;
+    case Kind::kStrings:
+      present = r.StringArray(key.name, std::get<std::vector<std::string>*>(field));
+      break;
+  }
+  if (key.check != nullptr) key.check(ctx, r, present, config);
+}
+
+// The field functions only take the address of a member; reading through it never writes.
+bool SameValue(FieldFn field, const Config& a, const Config& b) {
+  FieldRef ra = field(const_cast<Config&>(a));
+  FieldRef rb = field(const_cast<Config&>(b));
+  return std::visit(
+      [&rb](auto* pa) {
+        using T = std::remove_pointer_t<decltype(pa)>;
+        return *pa == *std::get<T*>(rb);
+      },
+      ra);
+}
+
+void CopyValue(FieldFn field, const Config& from, Config* to) {
+  FieldRef src = field(const_cast<Config&>(from));
+  FieldRef dst = field(*to);
+  std::visit(
+      [&src](auto* pd) {
+        using T = std::remove_pointer_t<decltype(pd)>;
+        *pd = *std::get<T*>(src);
+      },
+      dst);
+}
+
+std::string FormatDefault(const KeySpec& key) {
+  Config defaults;
+  FieldRef field = key.field(defaults);
+  switch (key.kind) {
+    case Kind::kBool:
+      return *std::get<bool*>(field) ? "true" : "false";
+    case Kind::kInt:
+      if (auto* narrow = std::get_if<int*>(&field)) return std::to_string(**narrow);
+      return std::to_string(*std::get<int64_t*>(field));
+    case Kind::kDuration:
+      return Quoted(FormatDurationMs(*std::get<int64_t*>(field)));
+    case Kind::kSize:
+      return Quoted(FormatSize(*std::get<uint64_t*>(field)));
+    case Kind::kStrings: {
+      std::string out = "[";
+      for (const std::string& s : *std::get<std::vector<std::string>*>(field)) {
+        out += (out.size() > 1 ? ", " : "") + Quoted(s);
+      }
+      return out + "]";
+    }
+    default:
+      return Quoted(*std::get<std::string*>(field));
+  }
+}
+
+}  // namespace idemgate::conf
