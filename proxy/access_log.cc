@@ -11,6 +11,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/log.h"
+
 namespace idemgate {
 
 namespace {
@@ -219,7 +221,7 @@ void AccessLog::WriteOut(std::string_view bytes) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (!write_failed_) {
-        fprintf(stderr, "idemgate: access log write failed: %s\n", strerror(errno));
+        LogF(LogLevel::kError, "access_log", "write to the access log failed: %s", strerror(errno));
       }
       write_failed_ = true;
       return;
@@ -233,14 +235,14 @@ void AccessLog::DoReopen() {
   if (path_.empty()) return;
   int fd = OpenLogFile(path_);
   if (fd < 0) {
-    fprintf(stderr, "idemgate: cannot reopen access log '%s': %s (still writing the old file)\n",
-            path_.c_str(), strerror(errno));
+    LogF(LogLevel::kError, "access_log", "cannot reopen '%s': %s (still writing the old file)",
+         path_.c_str(), strerror(errno));
     return;
   }
   close(fd_);
   fd_ = fd;
   reopens_.fetch_add(1, std::memory_order_relaxed);
-  fprintf(stderr, "idemgate: access log reopened\n");
+  LogF(LogLevel::kInfo, "access_log", "access log reopened");
 }
 
 }  // namespace idemgate

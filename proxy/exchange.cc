@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/log.h"
 #include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/metrics.h"
@@ -107,8 +108,8 @@ Exchange::~Exchange() = default;
 
 void Exchange::SetPhase(Phase next) {
   if (!Allowed(phase_, next)) {
-    fprintf(stderr, "idemgate: exchange: illegal phase change %s -> %s\n", PhaseName(phase_),
-            PhaseName(next));
+    LogF(LogLevel::kError, "exchange", "illegal phase change %s -> %s", PhaseName(phase_),
+         PhaseName(next));
     assert(false && "illegal exchange phase change");
   }
   phase_ = next;
@@ -321,8 +322,9 @@ void Exchange::OnComplete(const StoreStatus& status) {
     return;
   }
   // Not "nothing went upstream" (503): the outcome is unknown, as for an upstream failure.
-  fprintf(stderr, "idemgate: result of an executed request could not be stored: %s\n",
-          status.message.c_str());
+  IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
+                       "result of an executed request could not be stored: %s",
+                       status.message.c_str());
   RespondError(ErrorCode::kUpstreamFailed,
                "The request was forwarded upstream, but its result could not be recorded; its "
                "outcome is unknown.");
@@ -344,7 +346,8 @@ void Exchange::Release(ErrorCode code, std::string detail) {
 void Exchange::OnReleased(const StoreStatus& status) {
   if (!status.ok()) {
     // The record stays in flight: retries get 409 until the lease ends, then take over.
-    fprintf(stderr, "idemgate: releasing a claim failed: %s\n", status.message.c_str());
+    IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange", "releasing a claim failed: %s",
+                         status.message.c_str());
     if (error_detail_.empty()) error_detail_ = status.message;
   }
   RespondError(release_code_, release_detail_);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/admin.h"
@@ -28,9 +29,6 @@
 #include "proxy/worker.h"
 #include "store/rocks_store.h"
 
-#ifndef IDEMGATE_VERSION
-#define IDEMGATE_VERSION "dev"
-#endif
 
 namespace idemgate {
 namespace {
@@ -68,12 +66,13 @@ int ParseArgs(int argc, char** argv, Args* args) {
     } else if (arg.rfind("--config=", 0) == 0) {
       args->config_path = arg.substr(9);
     } else {
-      fprintf(stderr, "idemgate: unknown argument '%s'\n%s", arg.c_str(), kUsage);
+      LogF(LogLevel::kError, "main", "unknown argument '%s' (idemgate --help lists them)",
+           arg.c_str());
       return 2;
     }
   }
   if (args->config_path.empty()) {
-    fprintf(stderr, "idemgate: --config FILE is required\n%s", kUsage);
+    LogF(LogLevel::kError, "main", "--config FILE is required (idemgate --help)");
     return 2;
   }
   return -1;
@@ -120,7 +119,7 @@ class Server {
     if (!CheckStoreSignature(store_.get(), config, accept_new_signature_, error, &note)) {
       return false;
     }
-    if (!note.empty()) fprintf(stderr, "idemgate: %s\n", note.c_str());
+    if (!note.empty()) Log(LogLevel::kWarn, "store", note);
     gateway_.store = store_.get();
     gateway_.clock = &clock_;
     if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
@@ -209,9 +208,11 @@ class Server {
     for (auto& worker : workers_) worker->Start();
     printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
     fflush(stdout);
-    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s (sync=%s)\n", IDEMGATE_VERSION,
-            count, config.upstream.url.c_str(), config.store.path.c_str(),
-            config.store.sync ? "true" : "false");
+    LogF(LogLevel::kInfo, "main",
+         "idemgate %s (commit %s): %d workers, upstream %s, store %s (sync=%s)",
+         GetBuildInfo().version.c_str(), GetBuildInfo().commit.c_str(), count,
+         config.upstream.url.c_str(), config.store.path.c_str(),
+         config.store.sync ? "true" : "false");
     return true;
   }
 
@@ -226,22 +227,21 @@ class Server {
   void Reload() {
     ConfigResult loaded = LoadConfig(config_path_);
     if (!loaded.ok()) {
-      fprintf(stderr, "idemgate: reload failed, keeping the running config: %s\n",
-              loaded.error.c_str());
+      LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
+           loaded.error.c_str());
       return;
     }
     ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
     for (const std::string& key : plan.ignored) {
-      fprintf(stderr, "idemgate: reload: %s changed; it takes effect after a restart\n",
-              key.c_str());
+      LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
     }
     gateway_.config.store(plan.config);
-    fprintf(stderr, "idemgate: config reloaded from %s\n", config_path_.c_str());
+    LogF(LogLevel::kInfo, "reload", "config reloaded from %s", config_path_.c_str());
   }
 
   static void OnStop(evutil_socket_t, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
-    fprintf(stderr, "idemgate: shutting down\n");
+    Log(LogLevel::kInfo, "main", "shutting down");
     event_base_loopbreak(self->main_base_);
   }
 
@@ -264,7 +264,7 @@ class Server {
 bool RunPreflight(const Config& config, const std::string& config_path) {
   std::vector<PreflightProblem> problems = Preflight(config);
   for (const PreflightProblem& p : problems) {
-    fprintf(stderr, "idemgate: %s: %s\n", config_path.c_str(), p.message.c_str());
+    LogF(LogLevel::kError, "config", "%s: %s", config_path.c_str(), p.message.c_str());
   }
   return problems.empty();
 }
@@ -277,7 +277,7 @@ int Main(int argc, char** argv) {
   umask(077);
   ConfigResult loaded = LoadConfig(args.config_path);
   if (!loaded.ok()) {
-    fprintf(stderr, "idemgate: %s\n", loaded.error.c_str());
+    Log(LogLevel::kError, "config", loaded.error);
     return 1;
   }
   if (!RunPreflight(*loaded.config, args.config_path)) return 1;
@@ -293,11 +293,11 @@ int Main(int argc, char** argv) {
   Server server(loaded.config, args.config_path, args.accept_new_signature);
   std::string error;
   if (!server.Open(&error)) {
-    fprintf(stderr, "idemgate: %s\n", error.c_str());
+    Log(LogLevel::kError, "main", error);
     return 1;
   }
   server.Run();
-  fprintf(stderr, "idemgate: stopped\n");
+  Log(LogLevel::kInfo, "main", "stopped");
   return 0;
 }
 

@@ -91,8 +91,8 @@ void CheckTls(const Config& config, std::vector<PreflightProblem>* out) {
     if (error.find("mismatch") != std::string::npos ||
         error.find("does not match") != std::string::npos) {
       error = Problem("listen.tls_key", "the key '" + listen.tls_key +
-                                            "' does not match the certificate '" +
-                                            listen.tls_cert + "' (listen.tls_cert)");
+                                            "' does not match the certificate '" + listen.tls_cert +
+                                            "' (listen.tls_cert)");
     }
     bool key = error.find("tls_key") != std::string::npos;
     out->push_back({key ? "listen.tls_key" : "listen.tls_cert", error});
@@ -120,8 +120,7 @@ std::string PrepareStoreDirectory(const std::string& path) {
   fs::create_directories(path, ec);
   if (ec) return "key 'store.path': cannot create '" + path + "': " + ec.message();
   if (chmod(path.c_str(), 0700) != 0) {
-    return "key 'store.path': cannot make '" + path + "' private (chmod 0700): " +
-           strerror(errno);
+    return "key 'store.path': cannot make '" + path + "' private (chmod 0700): " + strerror(errno);
   }
   return "";
 }
@@ -131,8 +130,9 @@ std::string ExplainStoreOpenError(const std::string& path, const std::string& er
   if (error.find("lock file") != std::string::npos &&
       (error.find("temporarily unavailable") != std::string::npos ||
        error.find("No locks available") != std::string::npos)) {
-    cause = "another process has this store open (is another idemgate running with the same "
-            "store.path?)";
+    cause =
+        "another process has this store open (is another idemgate running with the same "
+        "store.path?)";
   } else if (error.find("Permission denied") != std::string::npos ||
              error.find("Read-only file system") != std::string::npos) {
     cause = "the store's files are not writable by this user (uid " + std::to_string(geteuid()) +

@@ -1,6 +1,7 @@
 // Through the real binary: --version names the build, --check-config catches what would fail at
 // start on this host (proxy/preflight.cc), and a store that does not open says why.
 #include <regex>
+#include <sstream>
 
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/tls_tools.h"
@@ -99,6 +100,35 @@ TEST_F(PreflightTest, StoreHeldByAnotherProcessIsNamed) {
       << second.output;
   EXPECT_NE(second.output.find(dir_.Path("data")), std::string::npos) << second.output;
   EXPECT_EQ(Post("held-1", "{}").status, 201);  // the first one still serves
+}
+
+}  // namespace
+}  // namespace idemgate::test
+
+namespace idemgate::test {
+namespace {
+
+// Every line the gateway writes to stderr is one event: "<RFC 3339> <LEVEL> <subsystem>: ...".
+// (stdout carries only the "listening on" lines, the check-config verdict and the access log.)
+TEST_F(PreflightTest, EveryStderrLineHasTimestampLevelAndSubsystem) {
+  StartGateway();
+  dir_.WriteFile("idemgate.toml", "[listen\n");  // a broken reload: an error line
+  gateway_.Kill(SIGHUP);
+  ASSERT_TRUE(gateway_.WaitForOutput("reload failed")) << gateway_.log();
+  gateway_.Kill(SIGTERM);
+  ASSERT_TRUE(gateway_.Wait());
+  static const std::regex kLine(
+      R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARN|ERROR) [a-z_]+: .+)");
+  std::istringstream lines(gateway_.log());
+  int checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("listening on ", 0) == 0 || line.rfind("admin listening on ", 0) == 0) continue;
+    EXPECT_TRUE(std::regex_match(line, kLine)) << line;
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);  // start-up, reload failed, shutting down, stopped
+  EXPECT_NE(gateway_.log().find(" ERROR reload: reload failed"), std::string::npos)
+      << gateway_.log();
 }
 
 }  // namespace

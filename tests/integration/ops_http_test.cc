@@ -9,9 +9,9 @@ namespace {
 TEST_F(GatewayTest, Http10WithoutHostGetsTheUpstreamsHost) {
   StartGateway();
   TestClient client(port_);
-  ASSERT_TRUE(client.SendRaw(
-      "POST /v1/payment_intents HTTP/1.0\r\nAuthorization: Bearer merchant-demo\r\n"
-      "Idempotency-Key: h10-1\r\nContent-Length: 2\r\n\r\n{}"));
+  ASSERT_TRUE(
+      client.SendRaw("POST /v1/payment_intents HTTP/1.0\r\nAuthorization: Bearer merchant-demo\r\n"
+                     "Idempotency-Key: h10-1\r\nContent-Length: 2\r\n\r\n{}"));
   HttpResponse r = client.ReadResponse();
   EXPECT_EQ(r.status, 201) << r.raw;
   ASSERT_TRUE(upstream_.last_request().has_value());
