@@ -26,6 +26,7 @@
 #include "proxy/store_signature.h"
 #include "proxy/tls.h"
 #include "proxy/metrics.h"
+#include "proxy/ops_metrics.h"
 #include "proxy/worker.h"
 #include "store/rocks_store.h"
 
@@ -161,6 +162,10 @@ class Server {
   bool OpenObservability(const Config& config, std::string* error) {
     Store* store = store_.get();
     metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
+    reload_stats_.ConfigLoaded(config_path_);
+    metrics_->SetExtraSource([stats = &reload_stats_] {
+      return RenderProcessMetrics() + stats->Render();
+    });
     gateway_.metrics = metrics_.get();
     if (config.log.access != "off") {
       access_log_ = AccessLog::Open(config.log.access, error);
@@ -229,6 +234,7 @@ class Server {
     if (!loaded.ok()) {
       LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
            loaded.error.c_str());
+      reload_stats_.ReloadFailed();
       return;
     }
     ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
@@ -236,6 +242,7 @@ class Server {
       LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
     }
     gateway_.config.store(plan.config);
+    reload_stats_.ReloadSucceeded(config_path_);
     LogF(LogLevel::kInfo, "reload", "config reloaded from %s", config_path_.c_str());
   }
 
@@ -251,6 +258,7 @@ class Server {
   SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
   SslCtxPtr upstream_tls_;
   Gateway gateway_;
+  ReloadStats reload_stats_;           // before metrics_: its source reads it
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
   std::unique_ptr<AccessLog> access_log_;
