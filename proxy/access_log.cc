@@ -97,7 +97,11 @@ std::string FormatAccessLine(const AccessEntry& e) {
   AppendField(&out, "client_ip");
   AppendJsonString(&out, e.client_ip);
   AppendField(&out, "status");
-  out.append(std::to_string(e.status));
+  out.append(std::to_string(e.client_closed ? 499 : e.status));
+  if (e.client_closed) {
+    AppendField(&out, "answer_status");
+    out.append(std::to_string(e.status));
+  }
   AppendField(&out, "outcome");
   AppendJsonString(&out, e.outcome);
   if (e.error) {
@@ -119,7 +123,7 @@ std::string FormatAccessLine(const AccessEntry& e) {
     AppendMillis(&out, e.upstream_us);
   }
   AppendField(&out, "bytes_out");
-  out.append(std::to_string(e.bytes_out));
+  out.append(std::to_string(e.client_closed ? 0 : e.bytes_out));
   if (!e.key_hash.empty()) {
     AppendField(&out, "key_hash");
     AppendJsonString(&out, e.key_hash);

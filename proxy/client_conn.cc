@@ -106,6 +106,7 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   if (what & BEV_EVENT_CONNECTED) return;  // the TLS handshake finished
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
     self->read_eof_ = true;
+    if (self->exchange_ != nullptr) self->exchange_->ClientClosed();  // logged as 499
     // A half-closed client still gets the answer to the request it completed.
     if (self->state_ == State::kIdle || self->state_ == State::kReading ||
         self->state_ == State::kLingering) {

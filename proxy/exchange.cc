@@ -437,6 +437,7 @@ void Exchange::RecordFinished() {
   entry.total_us = total_us;
   entry.upstream_us = upstream_us_;
   entry.bytes_out = bytes_out_;
+  entry.client_closed = client_closed_ || sink_ == nullptr;  // the client went first
   if (guard_.kind == GuardKind::kGuarded) entry.key_hash = KeyHash(guard_.scope, guard_.key);
   env_->RecordExchange(sample, &entry);
 }

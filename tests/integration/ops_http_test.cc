@@ -1,5 +1,8 @@
 // Through the real binary: what the gateway does with requests an operator's clients send
 // that are not quite HTTP/1.1: HTTP/1.0 without Host, empty credentials, HTTP/2 prefaces.
+#include <chrono>
+#include <thread>
+
 #include "tests/integration/gateway_fixture.h"
 
 namespace idemgate::test {
@@ -55,6 +58,33 @@ TEST_F(GatewayTest, Http2PrefaceIsToldHttp2IsNotSpoken) {
   EXPECT_EQ(ErrorCodeOf(r), "bad_request") << r.raw;
   EXPECT_NE(r.body.find("HTTP/2 is not spoken here"), std::string::npos) << r.body;
   EXPECT_EQ(upstream_.requests(), 0);
+}
+
+// A client that hangs up before its answer is logged as nginx does: status 499, with the answer
+// it would have had (stored: the retry replays it).
+TEST_F(GatewayTest, ClientGoneBeforeItsAnswerIsLogged499) {
+  Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
+  upstream_.SetBehavior(UpstreamBehavior::Respond(201, "{}").WithDelay(300));
+  StartGateway();
+  {
+    TestClient client(port_);
+    ASSERT_TRUE(client.SendRaw(TestClient::BuildRequest(
+        {"POST", "/v1/payment_intents", {kMerchant[0], {"Idempotency-Key", "gone-1"}}, "{}"})));
+    ASSERT_TRUE(upstream_.WaitForRequests(1));
+  }  // closed while the upstream works
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::string log;
+  while (log.find("\n") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    log = dir_.ReadFile("access.log");
+  }
+  EXPECT_NE(log.find("\"status\":499,\"answer_status\":201,\"outcome\":\"fresh\""),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("\"bytes_out\":0"), std::string::npos) << log;
+  HttpResponse retry = Post("gone-1", "{}");
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 1);
 }
 
 }  // namespace
