@@ -96,6 +96,10 @@ std::string FormatAccessLine(const AccessEntry& e) {
   AppendJsonString(&out, e.path);
   AppendField(&out, "client_ip");
   AppendJsonString(&out, e.client_ip);
+  if (!e.request_id.empty()) {
+    AppendField(&out, "request_id");
+    AppendJsonString(&out, e.request_id);
+  }
   AppendField(&out, "status");
   out.append(std::to_string(e.client_closed ? 499 : e.status));
   if (e.client_closed) {

@@ -24,6 +24,7 @@ struct AccessEntry {
   std::string_view method;
   std::string_view path;  // without the query string
   std::string_view client_ip;
+  std::string_view request_id;  // X-Request-Id; empty = omitted
   int status = 0;
   const char* outcome = "";
   std::optional<ErrorCode> error;

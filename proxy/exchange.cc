@@ -10,6 +10,7 @@
 #include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/metrics.h"
+#include "proxy/request_id.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -124,6 +125,7 @@ void Exchange::OnLoop(Fn fn) {
 }
 
 void Exchange::Start() {
+  request_id_ = AssignRequestId(&request_);  // forwarded with the request, and logged
   guard_ = EvaluateGuard(*config_, request_);
   switch (guard_.kind) {
     case GuardKind::kPassthrough:
@@ -323,8 +325,8 @@ void Exchange::OnComplete(const StoreStatus& status) {
   }
   // Not "nothing went upstream" (503): the outcome is unknown, as for an upstream failure.
   IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
-                       "result of an executed request could not be stored: %s",
-                       status.message.c_str());
+                       "result of an executed request could not be stored: %s (request_id=%s)",
+                       status.message.c_str(), request_id_.c_str());
   RespondError(ErrorCode::kUpstreamFailed,
                "The request was forwarded upstream, but its result could not be recorded; its "
                "outcome is unknown.");
@@ -346,8 +348,9 @@ void Exchange::Release(ErrorCode code, std::string detail) {
 void Exchange::OnReleased(const StoreStatus& status) {
   if (!status.ok()) {
     // The record stays in flight: retries get 409 until the lease ends, then take over.
-    IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange", "releasing a claim failed: %s",
-                         status.message.c_str());
+    IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
+                         "releasing a claim failed: %s (request_id=%s)", status.message.c_str(),
+                         request_id_.c_str());
     if (error_detail_.empty()) error_detail_ = status.message;
   }
   RespondError(release_code_, release_detail_);
@@ -429,6 +432,7 @@ void Exchange::RecordFinished() {
   entry.method = request_.method;
   entry.path = request_.Path();
   entry.client_ip = client_ip_;
+  entry.request_id = request_id_;
   entry.status = status_;
   entry.outcome = OutcomeName(outcome_);
   entry.error = error_;

@@ -106,6 +106,7 @@ class Exchange {
   ExchangeEnv* env_;
   ResponseSink* sink_;
   bool client_closed_ = false;
+  std::string request_id_;  // X-Request-Id: the client's, or made here (proxy/request_id.h)
   std::shared_ptr<const Config> config_;
   Request request_;
   std::string client_ip_;

@@ -232,9 +232,9 @@ class Server {
   void Reload() {
     ConfigResult loaded = LoadConfig(config_path_);
     if (!loaded.ok()) {
+      reload_stats_.ReloadFailed();  // counted before the line: a reader of the line sees it
       LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
            loaded.error.c_str());
-      reload_stats_.ReloadFailed();
       return;
     }
     ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);

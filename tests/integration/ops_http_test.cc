@@ -1,6 +1,8 @@
 // Through the real binary: what the gateway does with requests an operator's clients send
 // that are not quite HTTP/1.1: HTTP/1.0 without Host, empty credentials, HTTP/2 prefaces.
+#include <algorithm>
 #include <chrono>
+#include <regex>
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
@@ -85,6 +87,38 @@ TEST_F(GatewayTest, ClientGoneBeforeItsAnswerIsLogged499) {
   HttpResponse retry = Post("gone-1", "{}");
   EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(upstream_.requests(), 1);
+}
+
+// X-Request-Id: the client's is passed on; a request without a usable one gets a new one; the
+// upstream sees it and the access log has it.
+TEST_F(GatewayTest, RequestIdIsForwardedAndLogged) {
+  Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
+  StartGateway();
+  HeaderList given = kMerchant;
+  given.emplace_back("X-Request-Id", "req-abc-123");
+  ASSERT_EQ(Post("rid-1", "{}", "/v1/payment_intents", given).status, 201);
+  EXPECT_EQ(upstream_.last_request()->HeaderCount("X-Request-Id"), 1);
+  EXPECT_EQ(upstream_.last_request()->Header("X-Request-Id"), "req-abc-123");
+
+  ASSERT_EQ(Post("rid-2", "{}").status, 201);  // none given: made
+  std::string made = upstream_.last_request()->Header("X-Request-Id").value_or("");
+  EXPECT_TRUE(std::regex_match(made, std::regex("[0-9a-f]{32}"))) << made;
+
+  HeaderList bad = kMerchant;
+  bad.emplace_back("X-Request-Id", std::string(200, 'x'));  // too long: replaced
+  ASSERT_EQ(Post("rid-3", "{}", "/v1/payment_intents", bad).status, 201);
+  EXPECT_EQ(upstream_.last_request()->HeaderCount("X-Request-Id"), 1);
+  EXPECT_NE(upstream_.last_request()->Header("X-Request-Id"), std::string(200, 'x'));
+
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::string log;
+  while (std::count(log.begin(), log.end(), '\n') < 3 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    log = dir_.ReadFile("access.log");
+  }
+  EXPECT_NE(log.find("\"request_id\":\"req-abc-123\""), std::string::npos) << log;
+  EXPECT_NE(log.find("\"request_id\":\"" + made + "\""), std::string::npos) << log;
 }
 
 }  // namespace
