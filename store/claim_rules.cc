@@ -7,9 +7,16 @@ namespace idemgate {
 namespace {
 
 bool CasMatches(const std::optional<Record>& existing, const ClaimToken& token) {
-  return existing.has_value() && existing->state == RecordState::kInFlight &&
-         token.owner != 0 && existing->attempt == token.attempt &&
-         existing->owner == token.owner;
+  return existing.has_value() && existing->state == RecordState::kInFlight && token.owner != 0 &&
+         existing->attempt == token.attempt && existing->owner == token.owner;
+}
+
+// This very Complete already landed (its write was reported as failed, yet it is stored).
+bool CompletedBy(const std::optional<Record>& existing, const ClaimToken& token,
+                 const StoredResponse& response) {
+  return existing.has_value() && existing->state == RecordState::kCompleted && token.owner != 0 &&
+         existing->attempt == token.attempt && existing->owner == token.owner &&
+         existing->response == response;
 }
 
 StoreStatus Stale() { return {StoreCode::kStaleClaim, "claim was taken over or is gone"}; }
@@ -41,9 +48,20 @@ RecordVerdict JudgeRecord(const std::optional<Record>& existing, const Fingerpri
 }
 
 ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
-                          std::string record_key, TimeMs now, uint64_t new_owner) {
+                          std::string record_key, ClaimTime time, uint64_t new_owner) {
   ClaimDecision d;
-  RecordVerdict verdict = JudgeRecord(existing, request.fingerprint, now);
+  const TimeMs now = time.now;
+  // The stored record is judged as of the claim's arrival (a stalled writer must not turn a retry
+  // that came inside a lease into a takeover); Retry-After and a new lease count from now.
+  RecordVerdict verdict = JudgeRecord(existing, request.fingerprint, time.arrived);
+  if (verdict.outcome == ClaimOutcome::kInFlight) {
+    verdict.retry_after_s = RetryAfterSeconds(existing->lease_until_ms, now);
+  }
+  if (verdict.outcome == ClaimOutcome::kTakeover && time.local_left_ms > 0) {
+    // The wall clock stepped past a lease this process still runs: it stays in flight.
+    verdict.outcome = ClaimOutcome::kInFlight;
+    verdict.retry_after_s = RetryAfterSeconds(time.local_left_ms, 0);
+  }
   d.result.outcome = verdict.outcome;
   switch (verdict.outcome) {
     case ClaimOutcome::kReplay:
@@ -80,7 +98,7 @@ CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimTok
                            StoredResponse response) {
   CasDecision d;
   if (!CasMatches(existing, token)) {
-    d.status = Stale();
+    if (!CompletedBy(existing, token, response)) d.status = Stale();
     return d;
   }
   d.record = *existing;

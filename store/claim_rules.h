@@ -34,10 +34,21 @@ struct ClaimDecision {
   Record record;  // kPut: the record to write
 };
 
+// When a claim is decided. A writer stalled on the disk must not turn a retry that came inside
+// a lease into a takeover, so the stored record is judged as of the claim's arrival; a lease it
+// starts, and Retry-After, count from the decision.
+struct ClaimTime {
+  TimeMs arrived = 0;  // when the claim reached the store: is the record expired, its lease over?
+  TimeMs now = 0;      // when the writer decides it: a new lease starts here
+  // > 0: the existing in-flight record's owner is an attempt this process is running, whose own
+  // (monotonic) lease has that long left; it stays in flight whatever the wall clock says.
+  TimeMs local_left_ms = 0;
+};
+
 // `existing` is the decoded stored record (nullopt when there is none); an expired one counts
 // as absent. `new_owner` is the random token for a fresh or takeover attempt (never 0).
 ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequest& request,
-                          std::string record_key, TimeMs now, uint64_t new_owner);
+                          std::string record_key, ClaimTime time, uint64_t new_owner);
 
 struct CasDecision {
   StoreStatus status;
@@ -45,7 +56,9 @@ struct CasDecision {
   Record record;  // kPut: the record to write
 };
 
-// Compare-and-set on (in flight, attempt, owner): stores the response as completed.
+// Compare-and-set on (in flight, attempt, owner): stores the response as completed. Idempotent:
+// a record already completed by this owner and attempt with this same response is ok, and
+// nothing is written (the owner retries a Complete whose synced write failed after it landed).
 CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimToken& token,
                            StoredResponse response);
 

@@ -1,16 +1,13 @@
 // RocksStore: the embedded Store over RocksDB; one writer thread decides and group-commits.
 #include "store/rocks_store.h"
 
-#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
-#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
-#include <rocksdb/table.h>
 #include <rocksdb/utilities/write_batch_with_index.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <cstdarg>
 #include <cstdio>
 #include <condition_variable>
 #include <filesystem>
@@ -24,71 +21,13 @@
 #include "common/log.h"
 #include "store/claim_rules.h"
 #include "store/meta_key.h"
+#include "store/rocks_options.h"
 #include "store/rocks_store_internal.h"
 #include "store/ttl_filter.h"
+#include "store/writer_ledger.h"
 
 namespace idemgate {
 namespace {
-
-constexpr size_t kBlockCacheBytes = 32 << 20;
-constexpr size_t kWriteBufferBytes = 16 << 20;
-constexpr uint64_t kPeriodicCompactionSeconds = 12 * 3600;
-
-StoreStatus MapStatus(const rocksdb::Status& s) {
-  if (s.ok()) return {};
-  StoreCode code = StoreCode::kIoError;
-  if (s.IsNoSpace()) {
-    code = StoreCode::kNoSpace;
-  } else if (s.IsCorruption()) {
-    code = StoreCode::kCorruption;
-  } else if (s.IsShutdownInProgress()) {
-    code = StoreCode::kShutdown;
-  }
-  return {code, s.ToString()};
-}
-
-// RocksDB's own diagnostics go to stderr, never to a LOG file in the data directory: on a full
-// disk a failed LOG write followed by another one aborts in Debian's assert-enabled build, and
-// the gateway must survive a full disk (503, then recover).
-class StderrLogger final : public rocksdb::Logger {
- public:
-  StderrLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
-  using rocksdb::Logger::Logv;
-  void Logv(const char* format, va_list ap) override {
-    char line[1024];
-    int n = vsnprintf(line, sizeof(line), format, ap);
-    size_t len = n < 0 ? 0 : std::min(static_cast<size_t>(n), sizeof(line) - 1);
-    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ' ')) --len;
-    IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "store", "rocksdb: %.*s", static_cast<int>(len), line);
-  }
-};
-
-rocksdb::Options MakeDbOptions(rocksdb::Env* env, const rocksdb::CompactionFilter* filter) {
-  rocksdb::Options o;
-  o.create_if_missing = true;
-  o.info_log = std::make_shared<StderrLogger>();
-  if (env != nullptr) o.env = env;
-  o.max_background_jobs = 2;
-  o.env->SetBackgroundThreads(2, rocksdb::Env::LOW);
-  o.env->SetBackgroundThreads(1, rocksdb::Env::HIGH);
-  o.write_buffer_size = kWriteBufferBytes;
-  o.max_write_buffer_number = 3;
-  o.compaction_filter = filter;
-  o.periodic_compaction_seconds = kPeriodicCompactionSeconds;
-  o.manual_wal_flush = false;
-  // The writer calls Resume() itself before the next batch; RocksDB's own retry thread would
-  // make that call return Busy for up to a second.
-  o.max_bgerror_resume_count = 0;
-  // Most claims are for new keys: a memtable bloom filter answers those without a skiplist walk.
-  o.memtable_whole_key_filtering = true;
-  o.memtable_prefix_bloom_size_ratio = 0.05;
-  rocksdb::BlockBasedTableOptions t;
-  t.block_cache = rocksdb::NewLRUCache(kBlockCacheBytes);
-  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  t.whole_key_filtering = true;
-  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  return o;
-}
 
 // One queued operation and, once decided, its result.
 struct Op {
@@ -102,6 +41,19 @@ struct Op {
   StatusCallback status_done;
   ClaimResult claim_result;  // kClaim
   StoreStatus status;        // the others
+  // When the op reached the store (stamped as it is queued): what it is decided against, so a
+  // writer stalled on the disk decides every op as of its arrival, in arrival order.
+  TimeMs arrived_ms = 0;       // wall clock
+  TimeMs arrived_mono_ms = 0;  // monotonic clock
+};
+
+// A change to the local attempts, applied once the batch that made it is durable.
+struct LocalChange {
+  std::string key;
+  bool start = false;  // else: the attempt ended
+  uint64_t owner = 0;
+  uint32_t attempt = 0;
+  TimeMs mono_end = 0;
 };
 
 }  // namespace
@@ -142,11 +94,14 @@ class RocksStore final : public Store {
   void WriterLoop();
   void TakeBatch(std::vector<Op>* batch);
   void RunBatch(std::vector<Op>& batch);
-  void Decide(Op& op, TimeMs now);
+  void Decide(Op& op, TimeMs now, TimeMs now_mono);
+  void NoteLocal(const Op& op, WriteAction action, TimeMs now, TimeMs now_mono);
+  void FailBatch(std::vector<Op>& batch, const StoreStatus& err);
   StoreStatus ReadRecord(const std::string& key, std::optional<Record>* record);
   StoreStatus Apply(const std::string& key, WriteAction action, const Record& record);
   uint64_t NewOwner();
   void Recover();
+  bool Reconcile();
   static void Report(Op& op);
 
   const Clock* clock_;
@@ -171,6 +126,12 @@ class RocksStore final : public Store {
   rocksdb::ReadOptions read_options_;
   std::mt19937_64 rng_{std::random_device{}()};
   bool need_resume_ = false;
+  LocalAttempts local_;                     // attempts this process runs (monotonic leases)
+  std::vector<LocalChange> local_changes_;  // this batch's, applied once it is durable
+  size_t local_prune_at_ = 1024;            // prune passed local attempts beyond this many
+  BatchUndo undo_;                          // this batch's, for when its write fails
+  std::vector<ReconcileWrite> reconcile_;   // a failed batch's, written before any other op
+  std::atomic<uint64_t> records_estimate_{0};
 };
 
 void RocksStore::Claim(ClaimRequest request, ClaimCallback done) {
@@ -244,10 +205,12 @@ LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, bool
 }
 
 uint64_t RocksStore::ApproximateRecords() {
-  std::shared_lock lock(db_mu_);
+  std::shared_lock lock(db_mu_, std::try_to_lock);  // never wait for a recovery
   uint64_t n = 0;
-  if (db_) db_->GetIntProperty("rocksdb.estimate-num-keys", &n);
-  return n;
+  if (lock.owns_lock() && db_ && db_->GetIntProperty("rocksdb.estimate-num-keys", &n)) {
+    records_estimate_ = n;
+  }
+  return records_estimate_;
 }
 
 // Start-up only (see store.h); keys and values encoded by meta_key.h.
@@ -289,6 +252,12 @@ void RocksStore::Close() {
   // Called from a callback (the writer thread itself): the destructor finishes the job.
   if (std::this_thread::get_id() == writer_.get_id()) return;
   if (writer_.joinable()) writer_.join();
+  if (!reconcile_.empty()) {  // the writer is gone: reading its state is safe
+    LogF(LogLevel::kWarn, "store",
+         "closing with %zu key(s) of a failed write not reconciled; a claim reported as failed "
+         "may block its key until its lease ends",
+         reconcile_.size());
+  }
   std::unique_lock lock(db_mu_);
   if (db_) {
     db_->Close();
@@ -308,6 +277,8 @@ void RocksStore::Enqueue(Op op) {
   {
     std::unique_lock lock(mu_);
     if (!closed_) {
+      op.arrived_ms = clock_->NowMs();  // under mu_: arrival order is queue order
+      op.arrived_mono_ms = clock_->MonotonicMs();
       queue_.push_back(std::move(op));
       lock.unlock();
       cv_.notify_one();
@@ -347,18 +318,16 @@ void RocksStore::TakeBatch(std::vector<Op>* batch) {
 // Decides every op against the DB plus the batch, writes once, then reports every result.
 void RocksStore::RunBatch(std::vector<Op>& batch) {
   if (need_resume_) Recover();
-  if (!db_) {
-    StoreStatus err{StoreCode::kIoError, "database is not open (reopen failed)"};
-    for (Op& op : batch) {
-      op.claim_result.status = err;
-      op.status = err;
-      Report(op);
-    }
-    return;
+  if (!db_ || need_resume_) {
+    return FailBatch(batch, {StoreCode::kIoError, db_ ? "recovering from a failed write"
+                                                      : "database is not open (reopen failed)"});
   }
   batch_.Clear();
+  undo_.Clear();
+  local_changes_.clear();
   const TimeMs now = clock_->NowMs();
-  for (Op& op : batch) Decide(op, now);
+  const TimeMs now_mono = clock_->MonotonicMs();
+  for (Op& op : batch) Decide(op, now, now_mono);
   if (batch_.GetWriteBatch()->Count() > 0) {
     auto start = std::chrono::steady_clock::now();
     rocksdb::Status s = db_->Write(write_options_, batch_.GetWriteBatch());
@@ -368,19 +337,38 @@ void RocksStore::RunBatch(std::vector<Op>& batch) {
                                   .count());
     }
     if (!s.ok()) {
+      // The WAL bytes may have landed even though the write failed (a failed fdatasync): before
+      // anyone hears "failed", make the keys agree with that report (see BatchUndo).
       need_resume_ = true;
-      StoreStatus err = MapStatus(s);
-      for (Op& op : batch) {
-        op.claim_result = ClaimResult{};
-        op.claim_result.status = err;
-        op.status = err;
-      }
+      reconcile_ = undo_.Reconcile();
+      Recover();
+      return FailBatch(batch, MapStatus(s));
     }
+  }
+  for (const LocalChange& c : local_changes_) {
+    if (c.start) {
+      local_.Start(c.key, c.owner, c.attempt, c.mono_end);
+    } else {
+      local_.End(c.key);
+    }
+  }
+  if (local_.size() > local_prune_at_) {
+    local_.Prune(clock_->MonotonicMs());
+    local_prune_at_ = std::max<size_t>(1024, 2 * local_.size());
   }
   for (Op& op : batch) Report(op);
 }
 
-void RocksStore::Decide(Op& op, TimeMs now) {
+void RocksStore::FailBatch(std::vector<Op>& batch, const StoreStatus& err) {
+  for (Op& op : batch) {
+    op.claim_result = ClaimResult{};
+    op.claim_result.status = err;
+    op.status = err;
+    Report(op);
+  }
+}
+
+void RocksStore::Decide(Op& op, TimeMs now, TimeMs now_mono) {
   std::optional<Record> existing;
   StoreStatus read = ReadRecord(op.key, &existing);
   if (!read.ok() && op.kind != Op::Kind::kDelete) {
@@ -390,12 +378,15 @@ void RocksStore::Decide(Op& op, TimeMs now) {
   }
   WriteAction action = WriteAction::kNone;
   Record record;
+  BatchUndo::Kind undo_kind = BatchUndo::Kind::kReleaseOrDelete;
   switch (op.kind) {
     case Op::Kind::kClaim: {
-      ClaimDecision d = DecideClaim(existing, op.claim, op.key, now, NewOwner());
+      ClaimTime time{op.arrived_ms, now, local_.LeftMs(op.key, existing, op.arrived_mono_ms)};
+      ClaimDecision d = DecideClaim(existing, op.claim, op.key, time, NewOwner());
       op.claim_result = std::move(d.result);
       action = d.action;
       record = std::move(d.record);
+      undo_kind = BatchUndo::Kind::kClaim;
       break;
     }
     case Op::Kind::kComplete: {
@@ -403,10 +394,11 @@ void RocksStore::Decide(Op& op, TimeMs now) {
       op.status = std::move(d.status);
       action = d.action;
       record = std::move(d.record);
+      undo_kind = BatchUndo::Kind::kComplete;
       break;
     }
-    case Op::Kind::kRelease: {
-      CasDecision d = DecideRelease(existing, op.token, now);
+    case Op::Kind::kRelease: {  // expired as of its arrival: any claim queued after may take over
+      CasDecision d = DecideRelease(existing, op.token, op.arrived_ms);
       op.status = std::move(d.status);
       action = d.action;
       record = std::move(d.record);
@@ -421,7 +413,25 @@ void RocksStore::Decide(Op& op, TimeMs now) {
     op.claim_result = ClaimResult{};
     op.claim_result.status = applied;
     op.status = applied;
+    return;
   }
+  undo_.Note(undo_kind, op.key, existing, action, record, op.arrived_ms);
+  NoteLocal(op, action, now, now_mono);
+}
+
+// A winning claim starts a local attempt; a Complete, Release or Delete that writes ends it.
+void RocksStore::NoteLocal(const Op& op, WriteAction action, TimeMs now, TimeMs now_mono) {
+  if (action == WriteAction::kNone) return;
+  LocalChange c;
+  c.key = op.key;
+  if (op.kind == Op::Kind::kClaim) {
+    const ClaimToken& t = op.claim_result.token;
+    c.start = true;
+    c.owner = t.owner;
+    c.attempt = t.attempt;
+    c.mono_end = now_mono + (t.lease_until_ms - now);
+  }
+  local_changes_.push_back(std::move(c));
 }
 
 StoreStatus RocksStore::ReadRecord(const std::string& key, std::optional<Record>* record) {
@@ -441,23 +451,38 @@ StoreStatus RocksStore::Apply(const std::string& key, WriteAction action, const 
 }
 
 // After a failed write: Resume() clears retryable errors; errors RocksDB deems fatal (a failed
-// WAL append) need the DB closed and reopened, which replays the WAL. If neither works yet, the
-// next batch fails with an error and we try again before the one after.
+// WAL append or sync) need the DB closed and reopened, which replays the WAL. Then the failed
+// batch is reconciled. If any step fails, the next batch fails with an error and we try again
+// before the one after. Lookup must not see the DB meanwhile (a reopened DB may hold a failed
+// claim until it is reconciled): it gets kError and the caller goes through Claim.
 void RocksStore::Recover() {
-  if (db_ && db_->Resume().ok()) {
-    need_resume_ = false;
-    return;
-  }
-  std::unique_lock lock(db_mu_);  // Lookup must not use the DB while it is swapped
-  if (db_) {
-    db_->Close();
-    db_.reset();
-  }
-  rocksdb::DB* raw = nullptr;
-  if (rocksdb::DB::Open(db_options_, path_, &raw).ok()) {
+  std::unique_lock lock(db_mu_);
+  if (!db_ || !db_->Resume().ok()) {
+    if (db_) {
+      db_->Close();
+      db_.reset();
+    }
+    rocksdb::DB* raw = nullptr;
+    if (!rocksdb::DB::Open(db_options_, path_, &raw).ok()) return;
     db_.reset(raw);
-    need_resume_ = false;
   }
+  if (Reconcile()) need_resume_ = false;
+}
+
+// Writes the failed batch's reconciling writes (synced); true when there is nothing left to do.
+bool RocksStore::Reconcile() {
+  if (reconcile_.empty()) return true;
+  rocksdb::WriteBatch wb;
+  for (const ReconcileWrite& w : reconcile_) {
+    rocksdb::Status s =
+        w.action == WriteAction::kPut ? wb.Put(w.key, EncodeRecord(w.record)) : wb.Delete(w.key);
+    if (!s.ok()) return false;
+  }
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  if (!db_->Write(sync, &wb).ok()) return false;
+  reconcile_.clear();
+  return true;
 }
 
 uint64_t RocksStore::NewOwner() {

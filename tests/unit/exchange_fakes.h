@@ -30,7 +30,7 @@ class QueuedStore final : public Store {
       ClaimResult result;
       if (TakeFailure(&result.status)) return done(std::move(result));
       std::string key = MakeRecordKey(request.scope, request.key);
-      ClaimDecision d = DecideClaim(Find(key), request, key, clock_->NowMs(), ++next_owner_);
+      ClaimDecision d = DecideClaim(Find(key), request, key, ClaimTime{clock_->NowMs(), clock_->NowMs()}, ++next_owner_);
       Apply(key, d.action, d.record);
       done(std::move(d.result));
     });
@@ -69,6 +69,11 @@ class QueuedStore final : public Store {
     records.erase(MakeRecordKey(scope, key));
     done({});
   }
+  StoreStatus GetMeta(std::string_view, std::optional<std::string>* value) override {
+    value->reset();
+    return {};
+  }
+  StoreStatus PutMeta(std::string_view, std::string_view) override { return {}; }
   uint64_t ApproximateRecords() override { return records.size(); }
   void Close() override {}
 

@@ -160,7 +160,7 @@ TEST_F(ExchangeTest, InFlightWithLiveLeaseIs409WithRetryAfterOnBothPaths) {
   ClaimRequest claim;
   std::optional<Record> rec = store_.records.begin()->second;
   claim.fingerprint = rec->fingerprint;
-  ClaimDecision d = DecideClaim(rec, claim, "k", clock_.NowMs(), 7);
+  ClaimDecision d = DecideClaim(rec, claim, "k", ClaimTime{clock_.NowMs(), clock_.NowMs()}, 7);
   EXPECT_EQ(d.result.outcome, ClaimOutcome::kInFlight);
   EXPECT_EQ(d.result.retry_after_s, 20);
 }

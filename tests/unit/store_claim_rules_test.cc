@@ -48,7 +48,7 @@ TEST_P(ClaimTable, JudgeAndDecideAgree) {
   request.fingerprint = Fp(row.fingerprint);
   request.lease_ms = 30'000;
   request.ttl_ms = 86'400'000;
-  ClaimDecision d = DecideClaim(row.existing, request, "rk", kNow, 77);
+  ClaimDecision d = DecideClaim(row.existing, request, "rk", ClaimTime{kNow, kNow}, 77);
   EXPECT_EQ(d.result.outcome, row.outcome);
   EXPECT_EQ(d.result.retry_after_s, row.retry_after_s);
   EXPECT_EQ(d.action, row.action);

@@ -1,12 +1,10 @@
-// Disk faults: a failing WAL write reports an error for the whole batch, and the store recovers.
+// Disk faults: a failing write reports an error for the whole batch, the store recovers without a
+// restart, and what a failed write reported is what the store holds afterwards (issue 10 #7).
 #include <gtest/gtest.h>
-#include <rocksdb/env.h>
-#include <rocksdb/file_system.h>
-
-#include <atomic>
 
 #include "store/rocks_store.h"
 #include "store/rocks_store_internal.h"
+#include "tests/unit/store_fault_fs.h"
 #include "tests/unit/store_test_util.h"
 
 namespace idemgate {
@@ -14,59 +12,14 @@ namespace {
 
 using namespace idemgate::testing;
 
-// Makes every append and sync of a writable file fail with `error` while `failing` is set.
-struct Fault {
-  std::atomic<bool> failing{false};
-  bool no_space = false;
-  rocksdb::IOStatus Error() const {
-    return no_space ? rocksdb::IOStatus::NoSpace("injected") : rocksdb::IOStatus::IOError("injected");
-  }
-};
-
-class FlakyFile : public rocksdb::FSWritableFileOwnerWrapper {
- public:
-  FlakyFile(std::unique_ptr<rocksdb::FSWritableFile> f, Fault* fault)
-      : FSWritableFileOwnerWrapper(std::move(f)), fault_(fault) {}
-  rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                           rocksdb::IODebugContext* d) override {
-    if (fault_->failing) return fault_->Error();
-    return FSWritableFileOwnerWrapper::Append(data, o, d);
-  }
-  rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-    if (fault_->failing) return fault_->Error();
-    return FSWritableFileOwnerWrapper::Sync(o, d);
-  }
-  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-    if (fault_->failing) return fault_->Error();
-    return FSWritableFileOwnerWrapper::Fsync(o, d);
-  }
-
- private:
-  Fault* fault_;
-};
-
-class FlakyFs : public rocksdb::FileSystemWrapper {
- public:
-  explicit FlakyFs(Fault* fault) : FileSystemWrapper(rocksdb::FileSystem::Default()), fault_(fault) {}
-  const char* Name() const override { return "FlakyFs"; }
-  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& o,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* out,
-                                    rocksdb::IODebugContext* d) override {
-    std::unique_ptr<rocksdb::FSWritableFile> f;
-    rocksdb::IOStatus s = target()->NewWritableFile(name, o, &f, d);
-    if (s.ok()) *out = std::make_unique<FlakyFile>(std::move(f), fault_);
-    return s;
-  }
-
- private:
-  Fault* fault_;
-};
-
-class StoreFaultTest : public ::testing::TestWithParam<bool> {
+class StoreFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fault_.no_space = GetParam();
-    env_ = rocksdb::NewCompositeEnv(std::make_shared<FlakyFs>(&fault_));
+    env_ = NewFaultyEnv(&faults_);
+    Open();
+  }
+  void TearDown() override { store_.reset(); }
+  void Open() {
     RocksStoreOptions o;
     o.path = dir_.path() + "/db";
     o.clock = &clock_;
@@ -74,21 +27,33 @@ class StoreFaultTest : public ::testing::TestWithParam<bool> {
     store_ = OpenRocksStoreWithEnv(o, env_.get(), &error);
     ASSERT_NE(store_, nullptr) << error;
   }
-  void TearDown() override { store_.reset(); }
+  void Reopen() {
+    store_->Close();
+    store_.reset();
+    Open();
+  }
 
   TempDir dir_;
   FakeClock clock_;
-  Fault fault_;
+  DiskFaults faults_;
   std::unique_ptr<rocksdb::Env> env_;
   std::unique_ptr<Store> store_;
 };
 
-TEST_P(StoreFaultTest, WriteErrorIsReportedThenStoreRecovers) {
+class StoreWriteErrorTest : public StoreFaultTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    faults_.no_space = GetParam();
+    StoreFaultTest::SetUp();
+  }
+};
+
+TEST_P(StoreWriteErrorTest, WriteErrorIsReportedThenStoreRecovers) {
   ClaimResult first = ClaimNow(*store_, Req("a"));
   ASSERT_TRUE(first.status.ok()) << first.status.message;
   StoreCode expected = GetParam() ? StoreCode::kNoSpace : StoreCode::kIoError;
 
-  fault_.failing = true;
+  faults_.failing = true;
   ClaimResult failed = ClaimNow(*store_, Req("b"));
   EXPECT_EQ(failed.status.code, expected) << failed.status.message;
   StoreStatus complete = CompleteNow(*store_, first.token, Resp(200, "x"));
@@ -98,7 +63,7 @@ TEST_P(StoreFaultTest, WriteErrorIsReportedThenStoreRecovers) {
   // claims the record is absent.
   EXPECT_NE(store_->Lookup(Scope(7), "a").outcome, LookupOutcome::kMiss);
 
-  fault_.failing = false;  // the disk is back: no restart needed
+  faults_.failing = false;  // the disk is back: no restart needed
   ClaimResult again = ClaimNow(*store_, Req("b"));
   ASSERT_TRUE(again.status.ok()) << again.status.message;
   EXPECT_EQ(again.outcome, ClaimOutcome::kFresh);
@@ -106,7 +71,81 @@ TEST_P(StoreFaultTest, WriteErrorIsReportedThenStoreRecovers) {
   EXPECT_EQ(store_->Lookup(Scope(7), "a").record.response.body, "x");
 }
 
-INSTANTIATE_TEST_SUITE_P(IoErrorAndNoSpace, StoreFaultTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(IoErrorAndNoSpace, StoreWriteErrorTest, ::testing::Bool());
+
+// The WAL bytes of a claim were appended but their fdatasync failed: the claim was reported as
+// failed (the client got 503, nothing went upstream), so the key must be free afterwards, both
+// in the running store and after a restart replays the WAL.
+TEST_F(StoreFaultTest, FailedWalSyncUnderClaimLeavesTheKeyFree) {
+  ASSERT_TRUE(ClaimNow(*store_, Req("warm")).status.ok());
+  faults_.wal_sync_failures = 1;
+  ClaimResult failed = ClaimNow(*store_, Req("k"));
+  ASSERT_EQ(failed.status.code, StoreCode::kIoError) << failed.status.message;
+
+  ClaimResult retry = ClaimNow(*store_, Req("k"));
+  ASSERT_TRUE(retry.status.ok()) << retry.status.message;
+  EXPECT_EQ(retry.outcome, ClaimOutcome::kFresh);
+  EXPECT_TRUE(ReleaseNow(*store_, retry.token).ok());
+
+  Reopen();  // what the WAL holds must agree with what was reported
+  ClaimResult after = ClaimNow(*store_, Req("k"));
+  ASSERT_TRUE(after.status.ok()) << after.status.message;
+  EXPECT_EQ(after.outcome, ClaimOutcome::kFresh);
+}
+
+// Same after a restart that comes before any other write.
+TEST_F(StoreFaultTest, FailedWalSyncUnderClaimLeavesTheKeyFreeAfterRestart) {
+  ASSERT_TRUE(ClaimNow(*store_, Req("warm")).status.ok());
+  faults_.wal_sync_failures = 1;
+  ASSERT_EQ(ClaimNow(*store_, Req("k")).status.code, StoreCode::kIoError);
+  Reopen();
+  ClaimResult after = ClaimNow(*store_, Req("k"));
+  ASSERT_TRUE(after.status.ok()) << after.status.message;
+  EXPECT_EQ(after.outcome, ClaimOutcome::kFresh);
+}
+
+// A takeover whose sync failed: the record is back to the expired in-flight record it took over
+// (same attempt), so the next claim takes it over again.
+TEST_F(StoreFaultTest, FailedWalSyncUnderTakeoverRestoresTheRecordItTookOver) {
+  ClaimResult first = ClaimNow(*store_, Req("k", 1, 1'000));
+  ASSERT_EQ(first.outcome, ClaimOutcome::kFresh);
+  clock_.Advance(2'000);
+  faults_.wal_sync_failures = 1;
+  ASSERT_EQ(ClaimNow(*store_, Req("k", 1, 1'000)).status.code, StoreCode::kIoError);
+  ClaimResult retry = ClaimNow(*store_, Req("k", 1, 1'000));
+  ASSERT_TRUE(retry.status.ok()) << retry.status.message;
+  EXPECT_EQ(retry.outcome, ClaimOutcome::kTakeover);
+  EXPECT_EQ(retry.token.attempt, 2u);
+}
+
+// The completion's WAL bytes were appended but their sync failed: the owner was told "error",
+// retries its Complete with the same response, and that must succeed (not "taken over").
+TEST_F(StoreFaultTest, FailedWalSyncUnderCompleteThenTheSameCompleteSucceeds) {
+  ClaimResult claim = ClaimNow(*store_, Req("k"));
+  ASSERT_EQ(claim.outcome, ClaimOutcome::kFresh);
+  faults_.wal_sync_failures = 1;
+  StoreStatus failed = CompleteNow(*store_, claim.token, Resp(201, "paid"));
+  ASSERT_EQ(failed.code, StoreCode::kIoError) << failed.message;
+  StoreStatus retried = CompleteNow(*store_, claim.token, Resp(201, "paid"));
+  EXPECT_TRUE(retried.ok()) << retried.message;
+  ClaimResult replay = ClaimNow(*store_, Req("k"));
+  EXPECT_EQ(replay.outcome, ClaimOutcome::kReplay);
+  EXPECT_EQ(replay.record.response.body, "paid");
+  Reopen();
+  EXPECT_EQ(ClaimNow(*store_, Req("k")).record.response.body, "paid");
+}
+
+// A Release reported as failed still frees the key once the store recovers (the owner has given
+// up on it and told its client nothing went upstream).
+TEST_F(StoreFaultTest, FailedWalSyncUnderReleaseStillFreesTheKey) {
+  ClaimResult claim = ClaimNow(*store_, Req("k"));
+  ASSERT_EQ(claim.outcome, ClaimOutcome::kFresh);
+  faults_.wal_sync_failures = 1;
+  ASSERT_EQ(ReleaseNow(*store_, claim.token).code, StoreCode::kIoError);
+  ClaimResult retry = ClaimNow(*store_, Req("k"));
+  ASSERT_TRUE(retry.status.ok()) << retry.status.message;
+  EXPECT_EQ(retry.outcome, ClaimOutcome::kFresh);
+}
 
 }  // namespace
 }  // namespace idemgate

@@ -1,0 +1,83 @@
+// RocksDB options for the store, and how RocksDB statuses map to store codes.
+#include "store/rocks_options.h"
+
+#include <rocksdb/cache.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+
+#include "common/log.h"
+
+namespace idemgate {
+namespace {
+
+constexpr size_t kBlockCacheBytes = 32 << 20;
+constexpr size_t kWriteBufferBytes = 16 << 20;
+constexpr uint64_t kPeriodicCompactionSeconds = 12 * 3600;
+
+}  // namespace
+
+StoreStatus MapStatus(const rocksdb::Status& s) {
+  if (s.ok()) return {};
+  StoreCode code = StoreCode::kIoError;
+  if (s.IsNoSpace()) {
+    code = StoreCode::kNoSpace;
+  } else if (s.IsCorruption()) {
+    code = StoreCode::kCorruption;
+  } else if (s.IsShutdownInProgress()) {
+    code = StoreCode::kShutdown;
+  }
+  return {code, s.ToString()};
+}
+
+namespace {
+
+// RocksDB's own diagnostics go to stderr, never to a LOG file in the data directory: on a full
+// disk a failed LOG write followed by another one aborts in Debian's assert-enabled build, and
+// the gateway must survive a full disk (503, then recover).
+class StderrLogger final : public rocksdb::Logger {
+ public:
+  StderrLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    int n = vsnprintf(line, sizeof(line), format, ap);
+    size_t len = n < 0 ? 0 : std::min(static_cast<size_t>(n), sizeof(line) - 1);
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ' ')) --len;
+    IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "store", "rocksdb: %.*s", static_cast<int>(len), line);
+  }
+};
+
+}  // namespace
+
+rocksdb::Options MakeDbOptions(rocksdb::Env* env, const rocksdb::CompactionFilter* filter) {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.info_log = std::make_shared<StderrLogger>();
+  if (env != nullptr) o.env = env;
+  o.max_background_jobs = 2;
+  o.env->SetBackgroundThreads(2, rocksdb::Env::LOW);
+  o.env->SetBackgroundThreads(1, rocksdb::Env::HIGH);
+  o.write_buffer_size = kWriteBufferBytes;
+  o.max_write_buffer_number = 3;
+  o.compaction_filter = filter;
+  o.periodic_compaction_seconds = kPeriodicCompactionSeconds;
+  o.manual_wal_flush = false;
+  // The writer calls Resume() itself before the next batch; RocksDB's own retry thread would
+  // make that call return Busy for up to a second.
+  o.max_bgerror_resume_count = 0;
+  // Most claims are for new keys: a memtable bloom filter answers those without a skiplist walk.
+  o.memtable_whole_key_filtering = true;
+  o.memtable_prefix_bloom_size_ratio = 0.05;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = rocksdb::NewLRUCache(kBlockCacheBytes);
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  t.whole_key_filtering = true;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+}  // namespace idemgate

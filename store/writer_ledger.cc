@@ -1,0 +1,72 @@
+// The writer's bookkeeping: local attempts (monotonic leases) and the undo of a failed batch.
+#include "store/writer_ledger.h"
+
+namespace idemgate {
+
+void LocalAttempts::Start(const std::string& key, uint64_t owner, uint32_t attempt,
+                          TimeMs mono_end) {
+  attempts_[key] = Attempt{owner, attempt, mono_end};
+}
+
+void LocalAttempts::End(const std::string& key) { attempts_.erase(key); }
+
+TimeMs LocalAttempts::LeftMs(const std::string& key, const std::optional<Record>& existing,
+                             TimeMs mono_now) {
+  auto it = attempts_.find(key);
+  if (it == attempts_.end()) return 0;
+  const Attempt& a = it->second;
+  if (!existing.has_value() || existing->state != RecordState::kInFlight ||
+      existing->owner != a.owner || existing->attempt != a.attempt || a.mono_end <= mono_now) {
+    attempts_.erase(it);  // not ours any more, or passed
+    return 0;
+  }
+  return a.mono_end - mono_now;
+}
+
+void LocalAttempts::Prune(TimeMs mono_now) {
+  std::erase_if(attempts_, [mono_now](const auto& kv) { return kv.second.mono_end <= mono_now; });
+}
+
+void BatchUndo::Note(Kind kind, const std::string& key, const std::optional<Record>& existing,
+                     WriteAction action, const Record& record, TimeMs now) {
+  if (action == WriteAction::kNone) return;
+  auto [it, inserted] = keys_.try_emplace(key);
+  KeyState& k = it->second;
+  if (inserted && existing.has_value() && existing->state == RecordState::kInFlight &&
+      !existing->ExpiredAt(now)) {
+    k.before = existing;  // in flight: no response body, cheap to keep
+  }
+  switch (kind) {
+    case Kind::kClaim:
+      k.claimed = true;
+      break;
+    case Kind::kComplete:
+      k.completed = true;
+      k.last.reset();
+      break;
+    case Kind::kReleaseOrDelete:
+      k.completed = false;
+      k.last = ReconcileWrite{key, action, action == WriteAction::kPut ? record : Record{}};
+      break;
+  }
+}
+
+std::vector<ReconcileWrite> BatchUndo::Reconcile() const {
+  std::vector<ReconcileWrite> out;
+  for (const auto& [key, k] : keys_) {
+    if (k.completed) continue;  // ambiguous on purpose: the owner's retried Complete settles it
+    if (k.last.has_value()) {
+      out.push_back(*k.last);
+    } else if (k.claimed) {
+      ReconcileWrite w{key, WriteAction::kDelete, {}};
+      if (k.before.has_value()) {
+        w.action = WriteAction::kPut;
+        w.record = *k.before;
+      }
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+}  // namespace idemgate

@@ -1,0 +1,76 @@
+// Bookkeeping of RocksStore's writer thread, kept apart from RocksDB so it can be reasoned about
+// (and tested) alone: the attempts this process runs, and how to undo a batch whose write failed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "store/claim_rules.h"
+#include "store/clock.h"
+#include "store/record.h"
+
+namespace idemgate {
+
+// The attempts this process is running, by record key, with their monotonic lease end. A wall
+// clock that steps forward makes a stored lease look expired; while the attempt that owns it
+// runs here, its own (monotonic) deadline is the truth. After a restart this is empty and the
+// stored wall-clock lease is all there is.
+class LocalAttempts {
+ public:
+  // A claim won (and its write is durable): `owner`'s attempt runs until `mono_end`.
+  void Start(const std::string& key, uint64_t owner, uint32_t attempt, TimeMs mono_end);
+  // The attempt owning `key` ended (completed, released, or its record deleted).
+  void End(const std::string& key);
+  // How long the local attempt owning `existing` still runs at `mono_now`; 0 when `existing` is
+  // not in flight under an attempt of this process, or its deadline has passed.
+  TimeMs LeftMs(const std::string& key, const std::optional<Record>& existing, TimeMs mono_now);
+  // Forgets attempts whose deadline passed (ones that never ended: e.g. a failed Complete).
+  void Prune(TimeMs mono_now);
+  size_t size() const { return attempts_.size(); }
+
+ private:
+  struct Attempt {
+    uint64_t owner = 0;
+    uint32_t attempt = 0;
+    TimeMs mono_end = 0;
+  };
+  std::unordered_map<std::string, Attempt> attempts_;
+};
+
+// One write that puts a key back the way a failed batch reported it.
+struct ReconcileWrite {
+  std::string key;
+  WriteAction action = WriteAction::kDelete;  // kPut or kDelete
+  Record record;                              // kPut
+};
+
+// What a batch did to each key, so that if its write fails (its ops all reported as failed,
+// yet its WAL bytes may have landed and be replayed) the store can make the keys agree with the
+// reports: a claim reported as failed never happened (the key is free, or back to the record it
+// would have taken over); a failed Release or admin Delete is carried out anyway (its caller gave
+// up on the record); a failed Complete is left as it is (the owner retries it, and Complete is
+// idempotent).
+class BatchUndo {
+ public:
+  enum class Kind { kClaim, kComplete, kReleaseOrDelete };
+  void Clear() { keys_.clear(); }
+  // An op of `kind` decided to write `action` (`record` for kPut) over `existing` at `now`.
+  void Note(Kind kind, const std::string& key, const std::optional<Record>& existing,
+            WriteAction action, const Record& record, TimeMs now);
+  // The writes that reconcile the batch if its write failed.
+  std::vector<ReconcileWrite> Reconcile() const;
+
+ private:
+  struct KeyState {
+    std::optional<Record> before;        // the live in-flight record the batch found, if any
+    bool claimed = false;                // a claim won this key in the batch
+    bool completed = false;              // the last non-claim write was a Complete
+    std::optional<ReconcileWrite> last;  // the last Release/Delete write
+  };
+  std::unordered_map<std::string, KeyState> keys_;
+};
+
+}  // namespace idemgate
