@@ -30,6 +30,9 @@ struct Config {
     std::string ca_file;   // for https upstreams; empty = system CA store
     int64_t connect_timeout_ms = 5'000;
     int64_t response_timeout_ms = 20'000;
+    // A pooled keep-alive connection idle this long is not reused: below the upstream's own
+    // keep-alive, so the two ends do not close it together (gunicorn: 2 s, Node: 5 s).
+    int64_t idle_timeout_ms = 1'000;
   } upstream;
 
   struct Idempotency {
@@ -59,6 +62,11 @@ struct Config {
     uint64_t max_header_bytes = 64 << 10;
     int64_t client_timeout_ms = 10'000;
     int64_t idle_timeout_ms = 60'000;
+    // Client connections open at once, per instance; past it a new one is closed at accept.
+    int64_t max_connections = 10'000;
+    // Bytes of answers queued for clients that have not read them yet, in total; an answer
+    // past it closes its connection (a body shared by several replays counts once).
+    uint64_t max_unsent_bytes = 256 << 20;
   } limits;
 
   struct Server {

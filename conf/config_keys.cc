@@ -147,6 +147,10 @@ const KeySpec kKeys[] = {
      kDay, nullptr,
      "How long to wait for the upstream's complete response once the request is sent (at most "
      "1d)."},
+    {"upstream", "idle_timeout", Kind::kDuration, kLive, FIELD(upstream.idle_timeout_ms), 0,
+     kHour, nullptr,
+     "A pooled keep-alive connection idle this long is not reused; keep it below the upstream's "
+     "keep-alive timeout."},
 
     // header, methods and fingerprint_headers decide which requests are guarded and how they are
     // fingerprinted: changed under live records, a retry would pass through or get 422.
@@ -204,6 +208,14 @@ const KeySpec kKeys[] = {
      nullptr,
      "Time a keep-alive connection may sit idle between requests before it is closed (at most "
      "1d)."},
+    {"limits", "max_connections", Kind::kInt, kLive, FIELD(limits.max_connections), 1,
+     10'000'000, nullptr,
+     "Client connections open at once (per instance, all workers); past it a new one is closed at "
+     "once."},
+    {"limits", "max_unsent_bytes", Kind::kSize, kLive, FIELD(limits.max_unsent_bytes), 0,
+     64 * kGiB, nullptr,
+     "Bytes of answers queued for clients that have not read them, in total; an answer past it "
+     "closes its connection."},
 
     {"server", "workers", Kind::kInt, kRestart, FIELD(server.workers), 0, 64, nullptr,
      "Worker event-loop threads: 0 = one per CPU core, otherwise 1 to 64."},

@@ -4,10 +4,12 @@
 
 #include <event2/bufferevent_ssl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 
 #include "proxy/exchange.h"
+#include "proxy/replay_cache.h"
 #include "proxy/worker.h"
 
 namespace idemgate {
@@ -179,7 +181,7 @@ void ClientConn::StartExchange() {
   exchange_->Start();  // may answer at once (SendResponse)
 }
 
-void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
+void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) {
   exchange_ = nullptr;
   if (state_ != State::kExchange) return;
   bool close = close_after_ || read_eof_ || worker_->draining();
@@ -187,7 +189,10 @@ void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
   ConnectionHeader connection = close     ? ConnectionHeader::kClose
                                 : http10_ ? ConnectionHeader::kKeepAlive
                                           : ConnectionHeader::kNone;
-  if (!Write(SerializeResponse(response, replayed, connection, head_request_))) return Close();
+  bool send_body = false;
+  std::string head =
+      SerializeResponseHead(*response, replayed, connection, head_request_, &send_body);
+  if (!Write(std::move(head), send_body ? std::move(response) : nullptr)) return Close();
   // WriteCb continues once a queued answer has left the buffer (back-pressure for pipelining);
   // an answer the socket took at once continues on the next loop turn (no recursion).
   if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0)
@@ -195,23 +200,53 @@ void ClientConn::SendResponse(const StoredResponse& response, bool replayed) {
 }
 
 // Sends what the socket takes right away (saving the epoll round trip and the EPOLLOUT
-// arming a buffered write costs), and hands the rest to the output buffer by reference, so a
-// large answer exists once while it drains to a slow reader. False when the write failed.
-bool ClientConn::Write(std::string bytes) {
+// arming a buffered write costs); the rest of the head is copied to the output buffer and the
+// rest of the body goes there by reference, so a large answer exists once while it drains to a
+// slow reader, however many connections send it. False when the write failed or the body would
+// pass limits.max_unsent_bytes.
+bool ClientConn::Write(std::string head, std::shared_ptr<const StoredResponse> body) {
   evbuffer* out = bufferevent_get_output(bev_.get());
+  const std::string_view body_bytes = body ? std::string_view(body->body) : std::string_view();
   size_t sent = 0;
   if (!tls_ && evbuffer_get_length(out) == 0) {
-    ssize_t n = send(bufferevent_getfd(bev_.get()), bytes.data(), bytes.size(),
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    iovec parts[2] = {{head.data(), head.size()},
+                      {const_cast<char*>(body_bytes.data()), body_bytes.size()}};
+    msghdr msg{};
+    msg.msg_iov = parts;
+    msg.msg_iovlen = body_bytes.empty() ? 1 : 2;
+    ssize_t n = sendmsg(bufferevent_getfd(bev_.get()), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) sent = static_cast<size_t>(n);
   }
-  if (sent == bytes.size()) return true;
-  auto* owned = new std::string(std::move(bytes));
+  if (sent < head.size() && evbuffer_add(out, head.data() + sent, head.size() - sent) != 0) {
+    return false;
+  }
+  size_t body_sent = sent > head.size() ? sent - head.size() : 0;
+  if (body_sent == body_bytes.size()) return true;
+  return QueueBody(out, std::move(body), body_sent);
+}
+
+// The unsent rest of `body` (from `offset`), by reference: the buffer keeps the response alive
+// and its share of limits.max_unsent_bytes charged until that part is written or dropped.
+bool ClientConn::QueueBody(evbuffer* out, std::shared_ptr<const StoredResponse> body,
+                           size_t offset) {
+  std::shared_ptr<const void> charge = body;
+  if (UnsentBudget* budget = worker_->gateway().unsent) {
+    uint64_t limit = worker_->gateway().Snapshot()->limits.max_unsent_bytes;
+    charge = budget->Charge(body, limit);
+    if (!charge) {
+      worker_->RecordAnswerDropped();
+      return false;
+    }
+  }
+  auto* holder = new std::shared_ptr<const void>(std::move(charge));
+  const std::string& bytes = body->body;
   if (evbuffer_add_reference(
-          out, owned->data() + sent, owned->size() - sent,
-          [](const void*, size_t, void* arg) { delete static_cast<std::string*>(arg); },
-          owned) != 0) {
-    delete owned;
+          out, bytes.data() + offset, bytes.size() - offset,
+          [](const void*, size_t, void* arg) {
+            delete static_cast<std::shared_ptr<const void>*>(arg);
+          },
+          holder) != 0) {
+    delete holder;
     return false;
   }
   return true;

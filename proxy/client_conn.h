@@ -26,8 +26,10 @@ class ClientConn final : public ResponseSink {
   void Start();
 
   // The exchange's answer. After it is written the connection reads the next request, or
-  // closes when the client or the gateway asked for that.
-  void SendResponse(const StoredResponse& response, bool replayed) override;
+  // closes when the client or the gateway asked for that. The body is sent by reference (a
+  // replay's is shared with every other connection sending it); when what the socket does not
+  // take at once would pass limits.max_unsent_bytes, the connection is closed instead.
+  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) override;
   // Shutdown: close now when nothing is in progress; otherwise after the current answer.
   void CloseWhenIdle();
   bool tls() const { return tls_; }
@@ -56,7 +58,9 @@ class ClientConn final : public ResponseSink {
   void BeginIdle();
   void BeginLinger();
   std::shared_ptr<const Config> RefreshLimits();
-  [[nodiscard]] bool Write(std::string bytes);
+  [[nodiscard]] bool Write(std::string head, std::shared_ptr<const StoredResponse> body);
+  [[nodiscard]] bool QueueBody(evbuffer* out, std::shared_ptr<const StoredResponse> body,
+                               size_t offset);
   void OnWritten();
 
   Worker* worker_;

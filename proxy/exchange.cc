@@ -10,6 +10,7 @@
 #include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/metrics.h"
+#include "proxy/replay_cache.h"
 #include "proxy/request_id.h"
 #include "store/claim_rules.h"
 
@@ -143,6 +144,20 @@ void Exchange::Start() {
 // A read that never waits for the writer: the outcomes that write nothing (replay, in flight,
 // mismatch) are judged by the same table the store's claim uses (JudgeRecord).
 bool Exchange::FastPath() {
+  if (ReplayCache* cache = env_->replay_cache()) {
+    std::optional<CachedReplay> hit = cache->Find(guard_.scope, guard_.key, env_->clock().NowMs());
+    if (hit && hit->fingerprint != guard_.fingerprint) {
+      outcome_ = Outcome::kMismatch;
+      RespondMismatch(hit->fingerprint);
+      return true;
+    }
+    if (hit) {
+      outcome_ = Outcome::kReplay;
+      RespondShared(std::move(hit->response), true);
+      return true;
+    }
+    cache_generation_ = cache->generation();  // before the store is read (here or in Claim)
+  }
   LookupResult found = env_->store().Lookup(guard_.scope, guard_.key, /*memory_only=*/true);
   if (found.outcome != LookupOutcome::kFound) return false;
   RecordVerdict verdict = JudgeRecord(found.record, guard_.fingerprint, env_->clock().NowMs());
@@ -153,7 +168,7 @@ bool Exchange::FastPath() {
       return true;
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
-      Respond(found.record.response, true);
+      RespondShared(ShareReplay(std::move(found.record)), true);
       return true;
     case ClaimOutcome::kInFlight:
       outcome_ = Outcome::kInFlight;
@@ -206,7 +221,7 @@ void Exchange::OnClaim(ClaimResult result) {
     }
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
-      return Respond(result.record.response, true);
+      return RespondShared(ShareReplay(std::move(result.record)), true);
     case ClaimOutcome::kInFlight:
       outcome_ = Outcome::kInFlight;
       return RespondInUse(result.retry_after_s);
@@ -272,7 +287,7 @@ void Exchange::OnUpstream(UpstreamResult result) {
       break;
   }
   if (guarded) return CompleteWith(std::move(response));
-  Respond(response, false);
+  Respond(std::move(response), false);
 }
 
 // C5: with takeover off, the attempt that lost its lease is never re-run. This claim now owns the
@@ -305,7 +320,7 @@ void Exchange::SendComplete() {
 }
 
 void Exchange::OnComplete(const StoreStatus& status) {
-  if (status.ok()) return Respond(pending_, false);
+  if (status.ok()) return Respond(std::move(pending_), false);
   error_.reset();  // the upstream's error (if any) is not what the client gets
   error_detail_ = status.message;
   if (status.code == StoreCode::kStaleClaim) {
@@ -369,12 +384,13 @@ void Exchange::AnswerNow() {
   outcome_ = OwnsClaim() ? outcome_ : Outcome::kRejected;
   error_ = ErrorCode::kStoreUnavailable;
   error_detail_ = std::string("the gateway stopped while ") + PhaseName(phase_);
-  StoredResponse response = MakeErrorResponse(ErrorCode::kStoreUnavailable);
-  status_ = response.status;
-  bytes_out_ = response.body.size();
+  auto response =
+      std::make_shared<const StoredResponse>(MakeErrorResponse(ErrorCode::kStoreUnavailable));
+  status_ = response->status;
+  bytes_out_ = response->body.size();
   answered_ = true;
   RecordFinished();
-  if (sink_) sink_->SendResponse(response, false);
+  if (sink_) sink_->SendResponse(std::move(response), false);
   sink_ = nullptr;
 }
 
@@ -405,16 +421,26 @@ void Exchange::RespondError(ErrorCode code, const std::string& detail) {
 
 // Every exchange ends here: counted and logged before the answer leaves (so a client that has
 // its answer also sees it in /metrics), then Done. After an early answer (AnswerNow) only Done.
-void Exchange::Respond(const StoredResponse& response, bool replayed) {
+void Exchange::Respond(StoredResponse response, bool replayed) {
+  RespondShared(std::make_shared<const StoredResponse>(std::move(response)), replayed);
+}
+
+void Exchange::RespondShared(std::shared_ptr<const StoredResponse> response, bool replayed) {
   if (!answered_) {
     answered_ = true;
-    status_ = response.status;
-    bytes_out_ = response.body.size();
+    status_ = response->status;
+    bytes_out_ = response->body.size();
     RecordFinished();
-    if (sink_) sink_->SendResponse(response, replayed);
+    if (sink_) sink_->SendResponse(std::move(response), replayed);
     sink_ = nullptr;
   }
   SetPhase(Phase::kDone);
+}
+
+std::shared_ptr<const StoredResponse> Exchange::ShareReplay(Record record) {
+  ReplayCache* cache = env_->replay_cache();
+  if (!cache) return std::make_shared<const StoredResponse>(std::move(record.response));
+  return cache->Keep(guard_.scope, guard_.key, std::move(record), cache_generation_);
 }
 
 void Exchange::RecordFinished() {

@@ -96,7 +96,10 @@ class Exchange {
   void RespondInUse(int64_t retry_after_s);
   void RespondMismatch(const Fingerprint& stored);
   void RespondError(ErrorCode code, const std::string& detail = {});
-  void Respond(const StoredResponse& response, bool replayed);
+  void Respond(StoredResponse response, bool replayed);
+  void RespondShared(std::shared_ptr<const StoredResponse> response, bool replayed);
+  // A completed record read from the store, as the response every replay of it shares.
+  std::shared_ptr<const StoredResponse> ShareReplay(Record record);
   void RecordFinished();
 
   // Runs a store callback's work back on this exchange's loop.
@@ -113,6 +116,7 @@ class Exchange {
   const char* proto_;  // "http" or "https": the client connection's, for X-Forwarded-Proto
   Phase phase_ = Phase::kNew;
   bool answered_ = false;
+  uint64_t cache_generation_ = 0;  // the replay cache's, read before the store was read
   GuardDecision guard_;
   ClaimToken token_;
   StoredResponse pending_;  // the result being made durable by Complete

@@ -15,6 +15,7 @@
 namespace idemgate {
 
 class Exchange;
+class ReplayCache;
 struct AccessEntry;
 struct ExchangeSample;
 enum class StoreOp;
@@ -23,7 +24,8 @@ enum class StoreOp;
 class ResponseSink {
  public:
   virtual ~ResponseSink() = default;
-  virtual void SendResponse(const StoredResponse& response, bool replayed) = 0;
+  // The response may be shared with other answers (a cached replay): it is never modified.
+  virtual void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) = 0;
 };
 
 // A one-shot timer on the exchange's loop. Destroying it disarms it.
@@ -46,6 +48,8 @@ class ExchangeEnv {
   // The wall clock the store decides leases with (the fast path reads records with it).
   virtual const Clock& clock() const = 0;
   virtual Store& store() = 0;
+  // Completed records' responses, shared by every replay (may be null: no cache).
+  virtual ReplayCache* replay_cache() = 0;
 
   // Sends a serialized request upstream; `done` runs later on the loop, exactly once.
   virtual void SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,

@@ -218,8 +218,17 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
 
 std::string SerializeResponse(const StoredResponse& response, bool replayed,
                               ConnectionHeader connection, bool head_request) {
+  bool send_body = false;
+  std::string out =
+      SerializeResponseHead(response, replayed, connection, head_request, &send_body);
+  if (send_body) out.append(response.body);
+  return out;
+}
+
+std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
+                                  ConnectionHeader connection, bool head_request, bool* send_body) {
   std::string out;
-  out.reserve(256 + response.body.size());
+  out.reserve(256);
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
   if (response.reason.empty()) {
     out.append(StandardReasonPhrase(response.status));
@@ -239,7 +248,7 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed,
   if (connection == ConnectionHeader::kClose) AppendHeader(&out, "Connection", "close");
   if (connection == ConnectionHeader::kKeepAlive) AppendHeader(&out, "Connection", "keep-alive");
   out.append("\r\n");
-  if (!no_body_status && !head_request) out.append(response.body);
+  *send_body = !no_body_status && !head_request && !response.body.empty();
   return out;
 }
 

@@ -97,5 +97,9 @@ enum class ConnectionHeader { kNone, kClose, kKeepAlive };
 // (for HEAD the Content-Length still tells the body's size).
 std::string SerializeResponse(const StoredResponse& response, bool replayed,
                               ConnectionHeader connection, bool head_request);
+// The same bytes up to and including the blank line; *send_body tells whether response.body
+// follows them (so a caller can send the body without copying it).
+std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
+                                  ConnectionHeader connection, bool head_request, bool* send_body);
 
 }  // namespace idemgate

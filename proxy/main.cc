@@ -3,9 +3,11 @@
 #include <event2/thread.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -27,12 +29,16 @@
 #include "proxy/tls.h"
 #include "proxy/metrics.h"
 #include "proxy/ops_metrics.h"
+#include "proxy/replay_cache.h"
 #include "proxy/worker.h"
 #include "store/rocks_store.h"
 
 
 namespace idemgate {
 namespace {
+
+// Completed responses kept in memory for replays (an entry over a quarter of it is not kept).
+constexpr size_t kReplayCacheBytes = 64 << 20;
 
 constexpr char kUsage[] =
     "usage: idemgate --config FILE          run the gateway\n"
@@ -98,6 +104,8 @@ class Server {
 
   bool Open(std::string* error) {
     const Config& config = *gateway_.Snapshot();
+    // Before the store is opened or created: a second instance must not touch anything.
+    if (!CheckListenAddressFree(config.listen.addr, error)) return false;
     if (std::string e = PrepareStoreDirectory(config.store.path); !e.empty()) {
       *error = e;
       return false;
@@ -121,7 +129,11 @@ class Server {
       return false;
     }
     if (!note.empty()) Log(LogLevel::kWarn, "store", note);
-    gateway_.store = store_.get();
+    caching_store_ = std::make_unique<CachingStore>(store_.get(), &replay_cache_);
+    gateway_.store = caching_store_.get();
+    gateway_.replay_cache = &replay_cache_;
+    gateway_.unsent = &unsent_;
+    metrics_->SetUnsentBytesSource([unsent = &unsent_] { return unsent->bytes(); });
     gateway_.clock = &clock_;
     if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
     // The admin thread first: a failure here leaves no worker thread running.
@@ -204,6 +216,7 @@ class Server {
 
   bool StartWorkers(const Config& config, std::string* error) {
     int count = WorkerCount(config);
+    CheckOpenFileLimit(config);
     uint16_t port = config.listen.addr.port;
     for (int i = 0; i < count; ++i) {
       auto worker = std::make_unique<Worker>(i, &gateway_);
@@ -219,6 +232,28 @@ class Server {
          config.upstream.url.c_str(), config.store.path.c_str(),
          config.store.sync ? "true" : "false");
     return true;
+  }
+
+  // Each client connection may need an upstream one too, and the store and the loops need some:
+  // raise the soft open-file limit towards that (up to the hard limit), and say so when the
+  // limit stays lower (accept() then fails at the limit and the workers pause accepting).
+  static void CheckOpenFileLimit(const Config& config) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    const rlim_t wanted = static_cast<rlim_t>(config.limits.max_connections) * 2 + 256;
+    if (limit.rlim_cur >= wanted) return;
+    rlimit raised = limit;
+    raised.rlim_cur = std::min(wanted, limit.rlim_max);
+    if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+    if (limit.rlim_cur >= wanted) return;
+    LogF(LogLevel::kWarn, "main",
+         "the open-file limit (%llu) is below what limits.max_connections (%lld) may need (%llu: "
+         "a client and an upstream connection each, and 256 for the store); past it new "
+         "connections wait. Raise the limit (ulimit -n, LimitNOFILE=) or lower "
+         "limits.max_connections.",
+         static_cast<unsigned long long>(limit.rlim_cur),
+         static_cast<long long>(config.limits.max_connections),
+         static_cast<unsigned long long>(wanted));
   }
 
   // SIGHUP: reopen the access log at its path (after logrotate renamed the old file), and
@@ -261,6 +296,9 @@ class Server {
   ReloadStats reload_stats_;           // before metrics_: its source reads it
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
+  std::unique_ptr<Store> caching_store_;  // over store_: a delete evicts from replay_cache_
+  ReplayCache replay_cache_{kReplayCacheBytes};
+  UnsentBudget unsent_;  // outlives the workers: their buffers hold its charges
   std::unique_ptr<AccessLog> access_log_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<AdminServer> admin_;

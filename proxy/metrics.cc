@@ -254,6 +254,29 @@ void Metrics::RenderGauges(MetricsWriter* w) const {
   w->Family("idemgate_access_log_dropped_total", "counter",
             "Access log lines dropped because the write buffer was full.");
   w->Sample("idemgate_access_log_dropped_total", "", log_dropped_ ? log_dropped_() : 0);
+  RenderConnectionLimits(w);
+}
+
+// What limits.max_connections, limits.max_unsent_bytes and the descriptor limit turned away.
+void Metrics::RenderConnectionLimits(MetricsWriter* w) const {
+  uint64_t refused = 0, accept_errors = 0, dropped = 0;
+  for (const auto& shard : shards_) {
+    refused += Load(shard->connections_refused_);
+    accept_errors += Load(shard->accept_errors_);
+    dropped += Load(shard->answers_dropped_);
+  }
+  w->Family("idemgate_connections_refused_total", "counter",
+            "Connections closed at accept because limits.max_connections were open.");
+  w->Sample("idemgate_connections_refused_total", Label("reason", "max_connections"), refused);
+  w->Family("idemgate_accept_errors_total", "counter",
+            "Failed accept() calls (descriptor limit reached, ...); each pauses accepting.");
+  w->Sample("idemgate_accept_errors_total", "", accept_errors);
+  w->Family("idemgate_answers_dropped_total", "counter",
+            "Connections closed instead of queueing an answer past limits.max_unsent_bytes.");
+  w->Sample("idemgate_answers_dropped_total", Label("reason", "max_unsent_bytes"), dropped);
+  w->Family("idemgate_unsent_bytes", "gauge",
+            "Bytes of answers queued for clients that have not read them (shared bodies once).");
+  w->Sample("idemgate_unsent_bytes", "", unsent_bytes_ ? unsent_bytes_() : 0);
 }
 
 }  // namespace idemgate

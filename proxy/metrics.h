@@ -60,6 +60,9 @@ class MetricsShard {
   void RecordStoreOp(StoreOp op, int64_t micros);
   void ConnectionOpened() { connections_.fetch_add(1, std::memory_order_relaxed); }
   void ConnectionClosed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+  void ConnectionRefused() { Inc(connections_refused_); }  // limits.max_connections
+  void AcceptError() { Inc(accept_errors_); }
+  void AnswerDropped() { Inc(answers_dropped_); }  // limits.max_unsent_bytes
 
  private:
   friend class Metrics;
@@ -73,6 +76,9 @@ class MetricsShard {
   std::array<std::atomic<uint64_t>, 5> status_classes_{};          // upstream 1xx..5xx
   std::array<std::atomic<uint64_t>, kUpstreamErrorCount> upstream_errors_{};
   std::atomic<int64_t> connections_{0};
+  std::atomic<uint64_t> connections_refused_{0};
+  std::atomic<uint64_t> accept_errors_{0};
+  std::atomic<uint64_t> answers_dropped_{0};
   Histogram request_latency_;
   Histogram upstream_latency_;
   std::array<Histogram, kStoreOpCount> store_latency_;  // by StoreOp
@@ -91,6 +97,7 @@ class Metrics {
   void SetAccessLogDroppedSource(std::function<uint64_t()> fn) { log_dropped_ = std::move(fn); }
   // More families, rendered at scrape time after these (build, process, reload: ops_metrics.h).
   void SetExtraSource(std::function<std::string()> fn) { extra_ = std::move(fn); }
+  void SetUnsentBytesSource(std::function<uint64_t()> fn) { unsent_bytes_ = std::move(fn); }
 
   // The Prometheus text exposition format, version 0.0.4.
   std::string Render() const;
@@ -98,12 +105,14 @@ class Metrics {
  private:
   void RenderHistograms(MetricsWriter* w) const;
   void RenderGauges(MetricsWriter* w) const;
+  void RenderConnectionLimits(MetricsWriter* w) const;
 
   std::vector<std::unique_ptr<MetricsShard>> shards_;
   Histogram batch_size_;
   std::function<uint64_t()> records_;
   std::function<uint64_t()> log_dropped_;
   std::function<std::string()> extra_;
+  std::function<uint64_t()> unsent_bytes_;
 };
 
 inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";

@@ -22,8 +22,6 @@ namespace idemgate {
 
 namespace {
 constexpr size_t kMaxIdle = 256;
-// Many servers close idle keep-alive connections after 5 s (Node's default); retire ours first.
-constexpr auto kMaxIdleAge = std::chrono::seconds(2);
 }  // namespace
 
 // One connection to the origin. Busy with at most one call at a time.
@@ -37,9 +35,10 @@ class UpstreamConn {
     if (pool_->tls() != nullptr) {
       SSL* ssl = NewUpstreamSsl(pool_->tls(), pool_->host());
       if (ssl == nullptr) return false;
+      // No dirty shutdowns: a TCP close without close_notify is an error, not an EOF that
+      // could complete a truncated close-delimited body (see also CleanTlsClose).
       bev_.reset(bufferevent_openssl_socket_new(pool_->base(), -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                                 BEV_OPT_CLOSE_ON_FREE));
-      if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
     } else {
       bev_.reset(bufferevent_socket_new(pool_->base(), -1, BEV_OPT_CLOSE_ON_FREE));
     }
@@ -59,8 +58,12 @@ class UpstreamConn {
   // An idle pooled connection whose peer already closed, or that sat idle long enough for the
   // peer to be about to close it, is not reused: a POST sent into that race would come back as
   // an indeterminate upstream_failed the upstream never saw.
-  bool Reusable() const {
-    if (std::chrono::steady_clock::now() - idle_since_ > kMaxIdleAge) return false;
+  // upstream.idle_timeout (`max_idle_ms`) stays below the peer's keep-alive so that race is
+  // rare; gunicorn closes after 2 s, Node after 5 s, nginx after 75 s.
+  bool Reusable(int64_t max_idle_ms) const {
+    if (std::chrono::steady_clock::now() - idle_since_ >= std::chrono::milliseconds(max_idle_ms)) {
+      return false;
+    }
     char byte;
     ssize_t n = recv(bufferevent_getfd(bev_.get()), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -77,6 +80,7 @@ class UpstreamConn {
       parser_max_ = limits.max_response_body;
     }
     parser_->Begin(head);
+    late_rounds_ = 0;
     timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
     if (connecting_) {
       timer_.Arm(CappedMs(limits.connect_timeout_ms));
@@ -144,7 +148,10 @@ class UpstreamConn {
     if (!parser_->message_complete()) return;
     UpstreamResult result;
     result.response = parser_->TakeResponse();
-    bool reusable = result.response.keep_alive && !leftover && !eof_;
+    // An answer that came before the whole request left (an early 413, say) leaves the rest of
+    // the request queued: on reuse the upstream would read it as the start of the next request.
+    bool unsent = evbuffer_get_length(bufferevent_get_output(bev_.get())) > 0;
+    bool reusable = result.response.keep_alive && !leftover && !eof_ && !unsent;
     Finish(std::move(result), reusable);
   }
 
@@ -164,6 +171,13 @@ class UpstreamConn {
       eof_ = true;
       OnRead();  // anything still buffered
       if (!done_) return;
+      // Over TLS only close_notify proves the peer ended the stream: a bare TCP close may be a
+      // cut, and a close-delimited body it "completes" may be truncated (indeterminate, R4).
+      if (!CleanTlsClose()) {
+        return Fail(UpstreamError::kFailed,
+                    "TLS upstream closed the connection without close_notify before a complete "
+                    "response; what arrived may be truncated");
+      }
       parser_->FeedEof();
       if (parser_->message_complete() || parser_->error() != ParseError::kNone) {
         return Progress(false);
@@ -174,10 +188,37 @@ class UpstreamConn {
          std::string("upstream connection error: ") + strerror(EVUTIL_SOCKET_ERROR()));
   }
 
+  // True for plain TCP, and for TLS when the peer sent close_notify.
+  bool CleanTlsClose() const {
+    if (pool_->tls() == nullptr) return true;
+    SSL* ssl = bufferevent_openssl_get_ssl(bev_.get());
+    return ssl != nullptr && (SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN) != 0;
+  }
+
   void OnTimeout() {
     if (connecting_) return Fail(UpstreamError::kUnavailable, "connect timeout");
+    // After a pause (SIGSTOP, a stalled VM) the timer and the answer are due together, and the
+    // timer may run first (epoll_wait returns EINTR on SIGCONT, so the loop handles timers
+    // before it polls). What already arrived is read before a timeout is declared: the timer
+    // goes again at once, after the next poll has run the read callback. Bounded, so an
+    // upstream that trickles bytes cannot extend the call for long.
+    if (late_rounds_ < MaxLateRounds() && InputWaiting()) {
+      ++late_rounds_;
+      timer_.Arm(0);
+      return;
+    }
     Fail(UpstreamError::kTimeout, "no complete response within upstream.response_timeout");
   }
+
+  // Bytes (or the peer's FIN) wait in the socket, unread.
+  bool InputWaiting() const {
+    char byte;
+    return recv(bufferevent_getfd(bev_.get()), &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+  }
+
+  // Enough loop turns to read a whole response of the largest size (libevent reads up to
+  // 16 KiB a turn), and some.
+  uint64_t MaxLateRounds() const { return limits_.max_response_body / (16 << 10) + 64; }
 
   void Fail(UpstreamError error, std::string detail) {
     UpstreamResult result;
@@ -211,6 +252,7 @@ class UpstreamConn {
   std::string request_;
   bool connecting_ = false;
   bool eof_ = false;
+  uint64_t late_rounds_ = 0;  // timer turns spent reading what arrived by the timeout
   UpstreamLimits limits_;
   UpstreamCallback done_;
   std::chrono::steady_clock::time_point idle_since_;
@@ -236,11 +278,11 @@ UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* 
 
 UpstreamPool::~UpstreamPool() = default;
 
-std::unique_ptr<UpstreamConn> UpstreamPool::TakeIdle() {
+std::unique_ptr<UpstreamConn> UpstreamPool::TakeIdle(int64_t max_idle_ms) {
   while (!idle_.empty()) {
     std::unique_ptr<UpstreamConn> conn = std::move(idle_.back());
     idle_.pop_back();
-    if (conn->Reusable()) return conn;
+    if (conn->Reusable(max_idle_ms)) return conn;
     dead_.push_back(std::move(conn));  // closed by the peer while idle: replace transparently
     event_active(reaper_.get(), 0, 0);
   }
@@ -249,7 +291,7 @@ std::unique_ptr<UpstreamConn> UpstreamPool::TakeIdle() {
 
 void UpstreamPool::Send(std::string request, bool head_request, const UpstreamLimits& limits,
                         UpstreamCallback done) {
-  std::unique_ptr<UpstreamConn> conn = TakeIdle();
+  std::unique_ptr<UpstreamConn> conn = TakeIdle(limits.idle_timeout_ms);
   if (!conn) {
     conn = std::make_unique<UpstreamConn>(this);
     if (!conn->Connect()) {

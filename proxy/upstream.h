@@ -40,6 +40,8 @@ struct UpstreamLimits {
   int64_t connect_timeout_ms = 5'000;
   int64_t response_timeout_ms = 20'000;
   uint64_t max_response_body = 8 << 20;
+  // A pooled connection idle this long (or longer) is not reused: upstream.idle_timeout.
+  int64_t idle_timeout_ms = 1'000;
   // Neither timer runs past this: a guarded attempt must have its result stored while its lease
   // still holds (past it a retry may take the key over and execute it again).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
@@ -80,7 +82,7 @@ class UpstreamPool {
   const std::string& host() const { return host_; }
 
  private:
-  std::unique_ptr<UpstreamConn> TakeIdle();
+  std::unique_ptr<UpstreamConn> TakeIdle(int64_t max_idle_ms);
   void Reap();
 
   event_base* base_;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -16,11 +17,18 @@
 #include "proxy/access_log.h"
 #include "proxy/client_conn.h"
 #include "proxy/exchange.h"
+#include "proxy/log_limit.h"
 #include "proxy/metrics.h"
 
 namespace idemgate {
 
 namespace {
+
+constexpr int64_t kAcceptPauseMinMs = 100;
+constexpr int64_t kAcceptPauseMaxMs = 1'000;
+RateLimitedLog accept_error_log;
+RateLimitedLog max_connections_log;
+RateLimitedLog unsent_budget_log;
 
 std::string PeerIp(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "";
@@ -32,8 +40,10 @@ std::string PeerIp(const sockaddr* sa) {
   return buf;
 }
 
-// A non-blocking listening socket with SO_REUSEPORT, so every worker has its own listener.
-evutil_socket_t BindReusePort(const HostPort& addr, uint16_t port, std::string* error) {
+// A non-blocking stream socket bound to `addr`:`port`, listening when `reuse_port` (SO_REUSEPORT,
+// so every worker has its own listener); a bare bound socket otherwise (the probe below).
+evutil_socket_t BindSocket(const HostPort& addr, uint16_t port, bool reuse_port,
+                           std::string* error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -48,12 +58,14 @@ evutil_socket_t BindReusePort(const HostPort& addr, uint16_t port, std::string* 
   evutil_socket_t fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
-            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0 &&
-            bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 1024) == 0;
+            (!reuse_port || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0) &&
+            bind(fd, res->ai_addr, res->ai_addrlen) == 0 && (!reuse_port || listen(fd, 1024) == 0);
+  int err = errno;
   freeaddrinfo(res);
   if (!ok) {
-    *error = "cannot listen on " + addr.host + ":" + port_text + ": " + strerror(errno);
+    *error = "cannot listen on " + addr.host + ":" + port_text + ": " + strerror(err);
     if (fd >= 0) close(fd);
+    errno = err;
     return -1;
   }
   return fd;
@@ -80,6 +92,29 @@ class EventLoopTimer final : public LoopTimer {
 
 }  // namespace
 
+// SO_REUSEPORT would let a second process join the port silently (same user), and the kernel
+// would split the connections between two gateways with two stores: one key executed once per
+// instance. A socket bound WITHOUT SO_REUSEPORT fails with EADDRINUSE while anyone listens on
+// the address (SO_REUSEADDR still lets it pass connections in TIME_WAIT).
+bool CheckListenAddressFree(const HostPort& addr, std::string* error) {
+  if (addr.port == 0) return true;  // a port the kernel picks is nobody else's
+  std::string why;
+  evutil_socket_t probe = BindSocket(addr, addr.port, /*reuse_port=*/false, &why);
+  if (probe >= 0) {
+    close(probe);
+    return true;
+  }
+  if (errno != EADDRINUSE) {
+    *error = why;
+    return false;
+  }
+  *error = "listen.address " + addr.host + ":" + std::to_string(addr.port) +
+           " is already in use by another process (another idemgate?); two gateways on one "
+           "address would split the traffic between two stores, so one key could execute once "
+           "per instance. Stop the other process or choose another listen.address.";
+  return false;
+}
+
 Worker::Worker(int index, Gateway* gateway) : index_(index), gateway_(gateway) {}
 
 Worker::~Worker() {
@@ -88,6 +123,7 @@ Worker::~Worker() {
   exchanges_.clear();
   dead_conns_.clear();
   dead_exchanges_.clear();
+  accept_pause_ = Timer();  // frees its event while the loop still exists
   listener_.reset();
   upstream_.reset();
   mailbox_ev_.reset();
@@ -117,7 +153,7 @@ bool Worker::Init(std::string* error) {
 }
 
 bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* error) {
-  evutil_socket_t fd = BindReusePort(addr, *bound_port, error);
+  evutil_socket_t fd = BindSocket(addr, *bound_port, /*reuse_port=*/true, error);
   if (fd < 0) return false;
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
@@ -131,7 +167,43 @@ bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* err
     *error = "cannot start the listener";
     return false;
   }
+  evconnlistener_set_error_cb(listener_.get(), &Worker::OnAcceptError);
+  accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
   return true;
+}
+
+// accept() failed for a reason retrying at once cannot fix (EMFILE/ENFILE at the descriptor
+// limit, ENOBUFS, ENOMEM): the pending connection stays in the backlog and the listener would
+// fire again at once, spinning the loop. Stop accepting for a while instead, longer each time
+// it keeps failing; connections that close meanwhile free descriptors.
+void Worker::OnAcceptError(evconnlistener* listener, void* arg) {
+  auto* self = static_cast<Worker*>(arg);
+  int err = EVUTIL_SOCKET_ERROR();
+  if (self->metrics_) self->metrics_->AcceptError();
+  self->accept_backoff_ms_ =
+      std::clamp<int64_t>(self->accept_backoff_ms_ * 2, kAcceptPauseMinMs, kAcceptPauseMaxMs);
+  accept_error_log.Write(std::string("accept() failed: ") + strerror(err) +
+                         "; not accepting new connections for " +
+                         std::to_string(self->accept_backoff_ms_) +
+                         " ms (the open-file limit, ulimit -n, must exceed "
+                         "limits.max_connections plus the upstream connections)");
+  evconnlistener_disable(listener);
+  self->accept_pause_.Arm(self->accept_backoff_ms_);
+}
+
+void Worker::ResumeAccepting() {
+  if (!draining_ && listener_) evconnlistener_enable(listener_.get());
+}
+
+// limits.max_connections, counted over every worker: false (and counted) past it.
+bool Worker::AdmitConnection() {
+  int64_t limit = gateway_->Snapshot()->limits.max_connections;
+  if (gateway_->open_connections.fetch_add(1, std::memory_order_relaxed) < limit) return true;
+  gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
+  if (metrics_) metrics_->ConnectionRefused();
+  max_connections_log.Write("limits.max_connections (" + std::to_string(limit) +
+                            ") connections are open; closing new ones at once");
+  return false;
 }
 
 void Worker::Start() {
@@ -164,7 +236,8 @@ void Worker::DrainMailbox() {
 
 void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, void* arg) {
   auto* self = static_cast<Worker*>(arg);
-  if (self->draining_) {
+  self->accept_backoff_ms_ = 0;  // accept() works again
+  if (self->draining_ || !self->AdmitConnection()) {
     close(fd);
     return;
   }
@@ -174,6 +247,7 @@ void Worker::OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int, vo
   if (self->gateway_->server_tls != nullptr) {
     tls = SSL_new(self->gateway_->server_tls);
     if (tls == nullptr) {
+      self->gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
       close(fd);
       return;
     }
@@ -218,6 +292,7 @@ void Worker::RemoveConn(ClientConn* conn) {
   if (it == conns_.end()) return;
   dead_conns_.push_back(std::move(it->second));
   conns_.erase(it);
+  gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
   if (metrics_) metrics_->ConnectionClosed();
   event_active(reaper_.get(), 0, 0);
 }
@@ -248,6 +323,14 @@ void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, s
   entry.error = code;
   entry.bytes_out = bytes_out;
   log->Write(FormatAccessLine(entry));
+}
+
+void Worker::RecordAnswerDropped() {
+  if (metrics_) metrics_->AnswerDropped();
+  unsent_budget_log.Write("limits.max_unsent_bytes (" +
+                          std::to_string(gateway_->Snapshot()->limits.max_unsent_bytes) +
+                          " bytes) of answers wait for clients that do not read; closing the "
+                          "connections of new answers that do not fit");
 }
 
 void Worker::Reap() {

@@ -25,6 +25,10 @@ class MetricsShard;
 struct ExchangeSample;
 enum class StoreOp;
 
+// Start-up check, before any worker binds: false (with *error naming listen.address) when
+// another process already listens on `addr`. Port 0 always passes.
+bool CheckListenAddressFree(const HostPort& addr, std::string* error);
+
 class Worker final : public ExchangeEnv {
  public:
   Worker(int index, Gateway* gateway);
@@ -50,6 +54,7 @@ class Worker final : public ExchangeEnv {
   int64_t MonoUs() const override;
   const Clock& clock() const override { return *gateway_->clock; }
   Store& store() override { return *gateway_->store; }
+  ReplayCache* replay_cache() override { return gateway_->replay_cache; }
   void SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,
                     UpstreamCallback done) override;
   void RecordStoreOp(StoreOp op, int64_t micros) override;
@@ -68,9 +73,14 @@ class Worker final : public ExchangeEnv {
   // An error the connection answered itself, before any exchange existed (malformed request,
   // too large, client timeout): counted as rejected and written to the access log.
   void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out);
+  // An answer not queued because of limits.max_unsent_bytes (its connection is closed).
+  void RecordAnswerDropped();
 
  private:
   static void OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int len, void* arg);
+  static void OnAcceptError(evconnlistener*, void* arg);
+  void ResumeAccepting();
+  bool AdmitConnection();
   void DrainMailbox();
   void Reap();
   void BeginDrain();
@@ -87,6 +97,8 @@ class Worker final : public ExchangeEnv {
   Timer grace_timer_;
   Timer hard_stop_timer_;
   ListenerPtr listener_;
+  Timer accept_pause_;             // re-enables the listener after an accept() error
+  int64_t accept_backoff_ms_ = 0;  // the next pause; grows while accept() keeps failing
   std::unique_ptr<UpstreamPool> upstream_;
   std::thread thread_;
 

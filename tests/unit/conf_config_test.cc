@@ -43,6 +43,7 @@ void ExpectDefaults(const Config& c) {
   EXPECT_EQ(c.upstream.ca_file, "");
   EXPECT_EQ(c.upstream.connect_timeout_ms, 5'000);
   EXPECT_EQ(c.upstream.response_timeout_ms, 20'000);
+  EXPECT_EQ(c.upstream.idle_timeout_ms, 1'000);
   EXPECT_EQ(c.idempotency.header, "Idempotency-Key");
   EXPECT_EQ(c.idempotency.methods, (std::vector<std::string>{"POST", "PATCH"}));
   EXPECT_EQ(c.idempotency.ttl_ms, 86'400'000);
@@ -59,6 +60,8 @@ void ExpectDefaults(const Config& c) {
   EXPECT_EQ(c.limits.max_header_bytes, 64u << 10);
   EXPECT_EQ(c.limits.client_timeout_ms, 10'000);
   EXPECT_EQ(c.limits.idle_timeout_ms, 60'000);
+  EXPECT_EQ(c.limits.max_connections, 10'000);
+  EXPECT_EQ(c.limits.max_unsent_bytes, 256u << 20);
   EXPECT_EQ(c.server.workers, 0);
   EXPECT_EQ(c.server.shutdown_grace_ms, 10'000);
   EXPECT_EQ(c.admin.address, "127.0.0.1:9901");
@@ -90,6 +93,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "upstream.ca_file",
                                          "upstream.connect_timeout",
                                          "upstream.response_timeout",
+                                         "upstream.idle_timeout",
                                          "idempotency.header",
                                          "idempotency.methods",
                                          "idempotency.ttl",
@@ -106,6 +110,8 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "limits.max_header_bytes",
                                          "limits.client_timeout",
                                          "limits.idle_timeout",
+                                         "limits.max_connections",
+                                         "limits.max_unsent_bytes",
                                          "server.workers",
                                          "server.shutdown_grace",
                                          "admin.address",

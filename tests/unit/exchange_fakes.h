@@ -132,8 +132,8 @@ struct SentAnswer {
 
 class RecordingSink final : public ResponseSink {
  public:
-  void SendResponse(const StoredResponse& response, bool replayed) override {
-    answers.push_back({response, replayed});
+  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) override {
+    answers.push_back({*response, replayed});
   }
   std::vector<SentAnswer> answers;
 };
@@ -149,6 +149,7 @@ class FakeEnv final : public ExchangeEnv {
   int64_t MonoUs() const override { return mono_us_; }
   const Clock& clock() const override { return *clock_; }
   Store& store() override { return *store_; }
+  ReplayCache* replay_cache() override { return nullptr; }
   void SendUpstream(std::string request, bool, const UpstreamLimits& limits,
                     UpstreamCallback done) override {
     upstream.push_back({std::move(request), limits, std::move(done)});

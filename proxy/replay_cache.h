@@ -1,0 +1,109 @@
+// What replays share. A completed record never changes until it expires or an admin deletes it,
+// so its stored response is kept once, immutable, in a bounded cache shared by every worker, and
+// every replay sends those same bytes by reference: N clients replaying one 8 MB answer hold
+// 8 MB, not N x 8 MB. The store is wrapped (CachingStore) so that a delete evicts.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "store/store.h"
+
+namespace idemgate {
+
+struct CachedReplay {
+  Fingerprint fingerprint{};
+  TimeMs expires_ms = 0;
+  std::shared_ptr<const StoredResponse> response;
+};
+
+// Thread-safe LRU of completed records, bounded in bytes (bodies, headers and keys).
+class ReplayCache {
+ public:
+  explicit ReplayCache(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+
+  // The cached completed record for (scope, key), unless absent or expired at `now`.
+  std::optional<CachedReplay> Find(const ScopeId& scope, std::string_view key, TimeMs now);
+
+  // Read before reading a record from the store; Keep takes it back.
+  uint64_t generation() const;
+
+  // `record` (completed) as a shared response to answer with. It is also cached, unless a
+  // delete came since `generation` was read (it may be gone already) or it is too large (over a
+  // quarter of the capacity). When the record is cached already, the cached response is
+  // returned (one copy for everyone).
+  std::shared_ptr<const StoredResponse> Keep(const ScopeId& scope, std::string_view key,
+                                             Record record, uint64_t generation);
+
+  // Evicts (scope, key); Keep calls that read the store before this will not cache.
+  void Erase(const ScopeId& scope, std::string_view key);
+
+  size_t bytes() const;
+  size_t entries() const;
+
+ private:
+  struct Entry {
+    std::string key;
+    CachedReplay replay;
+    size_t bytes = 0;
+  };
+  void EraseLocked(const std::string& record_key);
+
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;  // most recently used first; guarded by mu_
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;  // guarded by mu_
+  size_t bytes_ = 0;                                                   // guarded by mu_
+  uint64_t generation_ = 0;                                            // guarded by mu_
+};
+
+// The store as the gateway sees it: everything goes to `inner`; a delete also evicts from the
+// cache (when asked and again once durable, so a read racing with it cannot re-cache it).
+class CachingStore : public Store {
+ public:
+  CachingStore(Store* inner, ReplayCache* cache) : inner_(inner), cache_(cache) {}
+
+  void Claim(ClaimRequest request, ClaimCallback done) override;
+  void Complete(ClaimToken token, StoredResponse response, StatusCallback done) override;
+  void Release(ClaimToken token, StatusCallback done) override;
+  LookupResult Lookup(const ScopeId& scope, std::string_view key, bool memory_only) override;
+  void Delete(const ScopeId& scope, std::string key, StatusCallback done) override;
+  StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) override {
+    return inner_->GetMeta(name, value);
+  }
+  StoreStatus PutMeta(std::string_view name, std::string_view value) override {
+    return inner_->PutMeta(name, value);
+  }
+  uint64_t ApproximateRecords() override { return inner_->ApproximateRecords(); }
+  void Close() override { inner_->Close(); }
+
+ private:
+  Store* inner_;
+  ReplayCache* cache_;
+};
+
+// The memory held by answers written to clients that have not read them yet, bounded in total
+// (limits.max_unsent_bytes). A body is charged once however many connections send it.
+class UnsentBudget {
+ public:
+  // A charge for `response`'s body, shared by every holder of the same response; released when
+  // the last holder drops it. nullptr when charging it would pass `limit` (an answer is always
+  // admitted when nothing else is charged, so one answer larger than the limit still goes).
+  std::shared_ptr<const void> Charge(std::shared_ptr<const StoredResponse> response,
+                                     uint64_t limit);
+  uint64_t bytes() const;
+
+ private:
+  struct Pin;
+  mutable std::mutex mu_;
+  std::unordered_map<const StoredResponse*, std::weak_ptr<Pin>> pins_;  // guarded by mu_
+  uint64_t bytes_ = 0;                                                  // guarded by mu_
+};
+
+}  // namespace idemgate
