@@ -54,11 +54,10 @@ double Value(const std::string& text, const std::string& series) {
 TEST_F(OpsMetricsTest, BuildInfoAndProcess) {
   StartWithAdmin();
   std::string m = Scrape();
-  EXPECT_TRUE(std::regex_search(
-      m,
-      std::regex(R"re(\nidemgate_build_info\{version="\d+\.\d+\.\d+",commit="([0-9a-f]+|unknown)",)re"
-                 R"re(libevent="2\.[^"]+",openssl="OpenSSL 3[^"]+",rocksdb="\d+\.\d+\.\d+"\} 1\n)re")))
-      << m;
+  static const std::regex kBuild(
+      R"re(\nidemgate_build_info\{version="\d+\.\d+\.\d+",commit="([0-9a-f]+|unknown)",)re"
+      R"re(libevent="2\.[^"]+",openssl="OpenSSL 3[^"]+",rocksdb="\d+\.\d+\.\d+"\} 1\n)re");
+  EXPECT_TRUE(std::regex_search(m, kBuild)) << m;
   EXPECT_GT(Value(m, "process_resident_memory_bytes"), 1e6) << m;
   EXPECT_GT(Value(m, "process_open_fds"), 5) << m;  // listeners, the store, the admin socket
   EXPECT_GT(Value(m, "process_max_fds"), Value(m, "process_open_fds"));
