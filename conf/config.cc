@@ -97,6 +97,12 @@ Config BuildConfig(const Context& ctx) {
     for (const conf::KeySpec& key : conf::ConfigKeys()) {
       if (key.section == section) names.push_back(key.name);
     }
+    for (std::string_view sub : sections) {  // [store.postgres] is the key "postgres" of [store]
+      if (sub.size() > section.size() && sub.substr(0, section.size()) == section &&
+          sub[section.size()] == '.') {
+        names.push_back(sub.substr(section.size() + 1));
+      }
+    }
     const SectionReader& r = readers.emplace(section, ctx.Section(section, names)).first->second;
     for (const conf::KeySpec& key : conf::ConfigKeys()) {
       if (key.section == section) conf::ReadKey(key, ctx, r, &config);

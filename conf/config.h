@@ -52,8 +52,13 @@ struct Config {
   } scope;
 
   struct Store {
+    std::string backend = "rocksdb";  // "rocksdb" (embedded, one instance) or "postgres" (shared)
     std::string path = "./data";
     bool sync = true;
+    struct Postgres {
+      std::string dsn;       // libpq connection string; never holds the password (passfile)
+      int64_t connections = 8;
+    } postgres;
   } store;
 
   struct Limits {

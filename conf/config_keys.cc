@@ -102,6 +102,27 @@ void CheckStorePath(const Context&, const SectionReader& r, bool, Config* c) {
   if (c->store.path.empty()) r.Fail("path", "must not be empty");
 }
 
+void CheckStoreBackend(const Context&, const SectionReader& r, bool, Config* c) {
+  const std::string& backend = c->store.backend;
+  if (backend != "rocksdb" && backend != "postgres") {
+    r.Fail("backend", "must be \"rocksdb\" or \"postgres\", not \"" + backend + "\"");
+  }
+}
+
+// The password never in the config file (SPEC M7): libpq reads it from its passfile.
+void CheckPostgresDsn(const Context&, const SectionReader& r, bool, Config* c) {
+  const std::string& dsn = c->store.postgres.dsn;
+  const size_t scheme = dsn.find("://");
+  const size_t at = dsn.find('@');
+  if (dsn.find("password") != std::string::npos ||
+      (scheme != std::string::npos && at != std::string::npos && dsn.find(':', scheme + 3) < at)) {
+    r.Fail("dsn", "must not hold the password; put it in a libpq passfile (PGPASSFILE)");
+  }
+  if (c->store.backend == "postgres" && dsn.empty()) {
+    r.Fail("dsn", "must be set when store.backend is \"postgres\"");
+  }
+}
+
 void CheckAdminAddress(const Context&, const SectionReader& r, bool, Config* c) {
   if (c->admin.address.empty()) return;
   std::string why;
@@ -186,10 +207,19 @@ const KeySpec kKeys[] = {
      "File whose bytes are the HMAC secret for scope ids (\"\" = plain SHA-256); must not be "
      "empty."},
 
+    {"store", "backend", Kind::kString, kRestart, FIELD(store.backend), 0, 0, CheckStoreBackend,
+     "\"rocksdb\": the embedded store (one instance); \"postgres\": one database shared by "
+     "several instances."},
     {"store", "path", Kind::kString, kRestart, FIELD(store.path), 0, 0, CheckStorePath,
      "Directory of the embedded record store (RocksDB)."},
     {"store", "sync", Kind::kBool, kRestart, FIELD(store.sync), 0, 0, nullptr,
      "true: every claim and completion is synced to the write-ahead log before it is acted on."},
+    {"store.postgres", "dsn", Kind::kString, kRestart, FIELD(store.postgres.dsn), 0, 0,
+     CheckPostgresDsn,
+     "libpq connection string, no password (libpq reads ~/.pgpass or PGPASSFILE); needed by "
+     "\"postgres\"."},
+    {"store.postgres", "connections", Kind::kInt, kRestart, FIELD(store.postgres.connections), 1,
+     256, nullptr, "Connections to the database, each running one statement at a time (1 to 256)."},
 
     {"limits", "max_request_body", Kind::kSize, kLive, FIELD(limits.max_request_body), 0, kGiB,
      nullptr, "Largest request body accepted (413 above it; at most 1GiB)."},

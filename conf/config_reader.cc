@@ -76,7 +76,7 @@ bool ReadWholeFile(const std::string& path, std::string* out, std::string* why) 
 }
 
 SectionReader Context::Section(std::string_view name, std::vector<std::string_view> keys) const {
-  const toml::node* node = root->get(name);
+  const toml::node* node = root->at_path(name).node();  // "store.postgres": a nested table
   SectionReader reader(node == nullptr ? nullptr : node->as_table(), std::string(name), file,
                        std::move(keys));
   reader.RejectUnknownKeys();

@@ -158,7 +158,7 @@ bool Exchange::FastPath() {
     }
     cache_generation_ = cache->generation();  // before the store is read (here or in Claim)
   }
-  LookupResult found = env_->store().Lookup(guard_.scope, guard_.key, /*memory_only=*/true);
+  LookupResult found = env_->store().Lookup(guard_.scope, guard_.key, LookupMode::kNoWait);
   if (found.outcome != LookupOutcome::kFound) return false;
   RecordVerdict verdict = JudgeRecord(found.record, guard_.fingerprint, env_->clock().NowMs());
   switch (verdict.outcome) {
@@ -190,6 +190,7 @@ void Exchange::Claim() {
   claim.lease_ms = config_->idempotency.lease_ms;
   claim.ttl_ms = config_->idempotency.ttl_ms;
   int64_t start = env_->MonoUs();
+  claim_sent_us_ = start;
   env_->store().Claim(std::move(claim), [this, start](ClaimResult result) {
     OnLoop([this, start, result = std::move(result)]() mutable {
       env_->RecordStoreOp(StoreOp::kClaim, env_->MonoUs() - start);
@@ -215,8 +216,9 @@ void Exchange::OnClaim(ClaimResult result) {
       if (outcome_ == Outcome::kTakeover && !config_->idempotency.takeover) return RefuseTakeover();
       // Past the lease a retry may take over: the upstream's answer and its completion must
       // land before that, with a margin for the completion's own synced write.
-      int64_t left_ms = token_.lease_until_ms - env_->clock().NowMs() - LeaseMarginMs();
-      complete_deadline_us_ = env_->MonoUs() + left_ms * 1000;
+      // The lease was stamped after the claim was sent: counting from the send is conservative,
+      // and a result that reached the loop late (a paused process) leaves less time, not more.
+      complete_deadline_us_ = claim_sent_us_ + (token_.lease_left_ms - LeaseMarginMs()) * 1000;
       return Forward();
     }
     case ClaimOutcome::kReplay:
@@ -252,6 +254,7 @@ void Exchange::Forward() {
   limits.connect_timeout_ms = config_->upstream.connect_timeout_ms;
   limits.response_timeout_ms = config_->upstream.response_timeout_ms;
   limits.max_response_body = config_->limits.max_response_body;
+  limits.idle_timeout_ms = config_->upstream.idle_timeout_ms;
   if (guarded) {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));

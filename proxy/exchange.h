@@ -124,6 +124,7 @@ class Exchange {
   std::string release_detail_;
   // Monotonic: before the lease ends, the upstream call and the retries of Complete stop here.
   int64_t complete_deadline_us_ = 0;
+  int64_t claim_sent_us_ = 0;
   int64_t complete_backoff_ms_ = 50;
   std::unique_ptr<LoopTimer> retry_timer_;
   bool shutting_down_ = false;

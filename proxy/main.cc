@@ -31,7 +31,7 @@
 #include "proxy/ops_metrics.h"
 #include "proxy/replay_cache.h"
 #include "proxy/worker.h"
-#include "store/rocks_store.h"
+#include "store/store_factory.h"
 
 
 namespace idemgate {
@@ -106,21 +106,20 @@ class Server {
     const Config& config = *gateway_.Snapshot();
     // Before the store is opened or created: a second instance must not touch anything.
     if (!CheckListenAddressFree(config.listen.addr, error)) return false;
-    if (std::string e = PrepareStoreDirectory(config.store.path); !e.empty()) {
+    const bool embedded = config.store.backend == "rocksdb";
+    if (std::string e = embedded ? PrepareStoreDirectory(config.store.path) : ""; !e.empty()) {
       *error = e;
       return false;
     }
-    RocksStoreOptions options;
-    options.path = config.store.path;
-    options.sync = config.store.sync;
-    options.clock = &clock_;
+    StoreHooks hooks;
+    hooks.clock = &clock_;
     metrics_ = std::make_unique<Metrics>(WorkerCount(config));  // one shard per worker
-    options.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
+    hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
       metrics->ObserveBatchSize(ops);
     };
-    store_ = OpenRocksStore(options, error);
+    store_ = OpenStore(config, hooks, error);
     if (!store_) {
-      *error = ExplainStoreOpenError(config.store.path, *error);
+      if (embedded) *error = ExplainStoreOpenError(config.store.path, *error);
       return false;
     }
     // Before any loop runs: settings that would remap live records need the operator's consent.
@@ -226,11 +225,9 @@ class Server {
     for (auto& worker : workers_) worker->Start();
     printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
     fflush(stdout);
-    LogF(LogLevel::kInfo, "main",
-         "idemgate %s (commit %s): %d workers, upstream %s, store %s (sync=%s)",
+    LogF(LogLevel::kInfo, "main", "idemgate %s (commit %s): %d workers, upstream %s, store %s",
          GetBuildInfo().version.c_str(), GetBuildInfo().commit.c_str(), count,
-         config.upstream.url.c_str(), config.store.path.c_str(),
-         config.store.sync ? "true" : "false");
+         config.upstream.url.c_str(), DescribeStore(config).c_str());
     return true;
   }
 

@@ -62,6 +62,7 @@ std::string DirectoryUsable(const std::string& path) {
 }
 
 void CheckStore(const Config& config, std::vector<PreflightProblem>* out) {
+  if (config.store.backend != "rocksdb") return;  // store.path is the embedded store's
   std::string error = DirectoryUsable(config.store.path);
   if (!error.empty()) {
     out->push_back({"store.path", Problem("store.path", "cannot use '" + config.store.path +

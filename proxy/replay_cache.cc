@@ -86,8 +86,8 @@ void CachingStore::Release(ClaimToken token, StatusCallback done) {
   inner_->Release(std::move(token), std::move(done));
 }
 
-LookupResult CachingStore::Lookup(const ScopeId& scope, std::string_view key, bool memory_only) {
-  return inner_->Lookup(scope, key, memory_only);
+LookupResult CachingStore::Lookup(const ScopeId& scope, std::string_view key, LookupMode mode) {
+  return inner_->Lookup(scope, key, mode);
 }
 
 void CachingStore::Delete(const ScopeId& scope, std::string key, StatusCallback done) {

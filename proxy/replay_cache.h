@@ -72,7 +72,7 @@ class CachingStore : public Store {
   void Claim(ClaimRequest request, ClaimCallback done) override;
   void Complete(ClaimToken token, StoredResponse response, StatusCallback done) override;
   void Release(ClaimToken token, StatusCallback done) override;
-  LookupResult Lookup(const ScopeId& scope, std::string_view key, bool memory_only) override;
+  LookupResult Lookup(const ScopeId& scope, std::string_view key, LookupMode mode) override;
   void Delete(const ScopeId& scope, std::string key, StatusCallback done) override;
   StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) override {
     return inner_->GetMeta(name, value);

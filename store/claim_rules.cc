@@ -90,7 +90,7 @@ ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequ
   d.result.token.record_key = std::move(record_key);
   d.result.token.attempt = d.record.attempt;
   d.result.token.owner = new_owner;
-  d.result.token.lease_until_ms = d.record.lease_until_ms;
+  d.result.token.lease_left_ms = d.record.lease_until_ms - now;
   return d;
 }
 

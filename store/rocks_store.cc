@@ -79,7 +79,7 @@ class RocksStore final : public Store {
   void Claim(ClaimRequest request, ClaimCallback done) override;
   void Complete(ClaimToken token, StoredResponse response, StatusCallback done) override;
   void Release(ClaimToken token, StatusCallback done) override;
-  LookupResult Lookup(const ScopeId& scope, std::string_view key, bool memory_only) override;
+  LookupResult Lookup(const ScopeId& scope, std::string_view key, LookupMode mode) override;
   void Delete(const ScopeId& scope, std::string key, StatusCallback done) override;
   uint64_t ApproximateRecords() override;
   StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) override;
@@ -170,7 +170,7 @@ void RocksStore::Delete(const ScopeId& scope, std::string key, StatusCallback do
   Enqueue(std::move(op));
 }
 
-LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, bool memory_only) {
+LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, LookupMode mode) {
   LookupResult out;
   std::string value;
   {
@@ -182,7 +182,8 @@ LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, bool
       return out;
     }
     rocksdb::ReadOptions read;
-    if (memory_only) read.read_tier = rocksdb::kBlockCacheTier;  // memtables + block cache only
+    // kNoWait: memtables and block cache only
+    if (mode == LookupMode::kNoWait) read.read_tier = rocksdb::kBlockCacheTier;
     rocksdb::Status s = db_->Get(read, MakeRecordKey(scope, key), &value);
     if (s.IsNotFound()) return out;
     if (s.IsIncomplete()) {
@@ -195,9 +196,10 @@ LookupResult RocksStore::Lookup(const ScopeId& scope, std::string_view key, bool
     }
   }
   std::optional<Record> record = DecodeRecord(value);
+  out.now_ms = clock_->NowMs();
   if (!record.has_value()) {
     out.outcome = LookupOutcome::kError;
-  } else if (!record->ExpiredAt(clock_->NowMs())) {
+  } else if (!record->ExpiredAt(out.now_ms)) {
     out.outcome = LookupOutcome::kFound;
     out.record = std::move(*record);
   }
@@ -429,7 +431,7 @@ void RocksStore::NoteLocal(const Op& op, WriteAction action, TimeMs now, TimeMs 
     c.start = true;
     c.owner = t.owner;
     c.attempt = t.attempt;
-    c.mono_end = now_mono + (t.lease_until_ms - now);
+    c.mono_end = now_mono + t.lease_left_ms;
   }
   local_changes_.push_back(std::move(c));
 }

@@ -1,6 +1,6 @@
 // The Store interface: async, atomic claim / complete / release of idempotency records.
-// Nothing above this header knows which implementation runs (RocksDB today, a shared database
-// later).
+// Nothing above this header knows which implementation runs (RocksDB, or PostgreSQL shared by
+// several instances); store_factory.h opens the configured one.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +41,10 @@ enum class ClaimOutcome {
 struct ClaimToken {
   std::string record_key;  // MakeRecordKey(scope, key)
   uint32_t attempt = 0;
-  uint64_t owner = 0;          // random per attempt
-  TimeMs lease_until_ms = 0;   // when a retry may take this attempt over (the store's clock)
+  uint64_t owner = 0;  // random per attempt
+  // How long the lease had left when the store answered: a duration, because the store's clock
+  // (a database's) is not the caller's. A retry may take this attempt over once it has passed.
+  TimeMs lease_left_ms = 0;
 };
 
 struct ClaimRequest {
@@ -56,21 +58,30 @@ struct ClaimRequest {
 struct ClaimResult {
   StoreStatus status;  // when !status.ok(), nothing else is meaningful and nothing was written
   ClaimOutcome outcome = ClaimOutcome::kFresh;
-  ClaimToken token;            // kFresh, kTakeover
-  Record record;               // kReplay, kMismatch (and kInFlight, for information)
-  int64_t retry_after_s = 0;   // kInFlight
+  ClaimToken token;           // kFresh, kTakeover
+  Record record;              // kReplay, kMismatch (and kInFlight, for information)
+  int64_t retry_after_s = 0;  // kInFlight
 };
 
 enum class LookupOutcome {
   kMiss,       // no live record
   kFound,      // `record` holds a live record (any state)
   kError,      // the read failed; the caller should fall back to Claim
-  kNotCached,  // memory_only, and the record (if any) is only on disk: fall back to Claim
+  kNotCached,  // kNoWait, and the answer is not at hand: fall back to Claim
+};
+
+// What a Lookup's caller may wait for.
+enum class LookupMode {
+  kNoWait,    // an event loop: answer only from what is at hand (memory), never block
+  kMayBlock,  // an admin or test thread: may read the disk or ask the database and wait
 };
 
 struct LookupResult {
   LookupOutcome outcome = LookupOutcome::kMiss;
   Record record;
+  // kFound: the store's clock when it answered; compare the record's times (lease, expiry) with
+  // this, never with the caller's clock (a database's clock differs from the gateway's).
+  TimeMs now_ms = 0;
 };
 
 // Callbacks run on the store's own thread. They must be quick and must not block; the gateway
@@ -95,10 +106,11 @@ class Store {
   virtual void Release(ClaimToken token, StatusCallback done) = 0;
 
   // A read that never waits for the writer (the fast replay path). Expired records are kMiss.
-  // `memory_only` (the event loops): never read the disk either; what is not in memory comes
-  // back as kNotCached, for Claim to read on the writer thread.
+  // kNoWait (the event loops): what is not at hand comes back as kNotCached, for Claim to read
+  // on the store's thread. kMayBlock may wait for the disk or the database; never call it from
+  // a store callback.
   virtual LookupResult Lookup(const ScopeId& scope, std::string_view key,
-                              bool memory_only = false) = 0;
+                              LookupMode mode = LookupMode::kMayBlock) = 0;
 
   // Deletes the record whatever its state (admin unblock). Reported once durable.
   virtual void Delete(const ScopeId& scope, std::string key, StatusCallback done) = 0;

@@ -55,6 +55,28 @@ TEST(ConfigErrors, WrongTypes) {
   ExpectRefused("[listen]\naddress = 8080\n", 2, "listen.address", "expected a string");
 }
 
+TEST(ConfigErrors, StoreBackendAndPostgres) {
+  ExpectRefused("[store]\nbackend = \"redis\"\n", 2, "store.backend",
+                "must be \"rocksdb\" or \"postgres\"");
+  ExpectRefused("[store]\nbackend = \"postgres\"\n", 0, "store.postgres.dsn",
+                "must be set when store.backend is \"postgres\"");
+  ExpectRefused("[store.postgres]\ndsn = \"host=db password=hunter2\"\n", 2, "store.postgres.dsn",
+                "must not hold the password");
+  ExpectRefused("[store.postgres]\ndsn = \"postgresql://u:hunter2@db/x\"\n", 2,
+                "store.postgres.dsn", "must not hold the password");
+  ExpectRefused("[store.postgres]\nconnections = 0\n", 2, "store.postgres.connections",
+                "must be between 1 and 256");
+  ExpectRefused("[store]\n[store.postgres]\nhost = \"db\"\n", 3, "store.postgres.host",
+                "unknown key");
+  ConfigResult ok = ParseConfig(
+      "[store]\nbackend = \"postgres\"\n[store.postgres]\ndsn = \"host=a,b "
+      "target_session_attrs=read-write\"\nconnections = 32\n",
+      "good.toml");
+  ASSERT_TRUE(ok.ok()) << ok.error;
+  EXPECT_EQ(ok.config->store.backend, "postgres");
+  EXPECT_EQ(ok.config->store.postgres.connections, 32);
+}
+
 TEST(ConfigErrors, BadDurations) {
   ExpectRefused("[limits]\nclient_timeout = \"10 s\"\n", 2, "limits.client_timeout",
                 "bad duration \"10 s\"");

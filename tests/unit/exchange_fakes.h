@@ -55,7 +55,7 @@ class QueuedStore final : public Store {
       done(d.status);
     });
   }
-  LookupResult Lookup(const ScopeId& scope, std::string_view key, bool) override {
+  LookupResult Lookup(const ScopeId& scope, std::string_view key, LookupMode) override {
     ++lookups;
     LookupResult r;
     std::optional<Record> found = Find(MakeRecordKey(scope, key));

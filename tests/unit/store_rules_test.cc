@@ -72,10 +72,12 @@ TEST(ClaimRules, RecordJudgedAsOfArrivalNewLeaseFromTheDecision) {
   ClaimDecision after =
       DecideClaim(r, Req("k", 1, 6'000), "k", ClaimTime{kNow + 1'000, kNow + 5'000}, 7);
   EXPECT_EQ(after.result.outcome, ClaimOutcome::kTakeover);
-  EXPECT_EQ(after.result.token.lease_until_ms, kNow + 11'000);
+  EXPECT_EQ(after.result.token.lease_left_ms, 6'000);  // counted from the decision
+  EXPECT_EQ(after.record.lease_until_ms, kNow + 11'000);
   ClaimDecision fresh =
       DecideClaim(std::nullopt, Req("n", 1, 6'000), "n", ClaimTime{kNow, kNow + 5'000}, 7);
-  EXPECT_EQ(fresh.result.token.lease_until_ms, kNow + 11'000);
+  EXPECT_EQ(fresh.result.token.lease_left_ms, 6'000);
+  EXPECT_EQ(fresh.record.lease_until_ms, kNow + 11'000);
 }
 
 TEST(LocalAttempts, LeftOnlyForTheSameLiveAttempt) {

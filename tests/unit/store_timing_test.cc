@@ -115,7 +115,7 @@ TEST_F(StoreTimingTest, ClaimQueuedBehindAStallGetsItsWholeLease) {
   ASSERT_TRUE(other.get().status.ok());
   ClaimResult r = queued.get();
   ASSERT_EQ(r.outcome, ClaimOutcome::kFresh);
-  EXPECT_EQ(r.token.lease_until_ms, clock_.NowMs() + kLease);
+  EXPECT_EQ(r.token.lease_left_ms, kLease);
 }
 
 // A retry that arrives after the lease still takes over, even when A's Complete was queued
