@@ -35,10 +35,13 @@ deb="$out/idemgate_${version}_amd64.deb"
 
 depends="$(dpkg-deb -f "$deb" Depends)"
 echo "Depends: $depends"
-# Every shared library the binary loads comes from a package it depends on (RocksDB is linked
-# statically: its compression libraries are the ones that show up).
+# Every shared library the binary links directly (NEEDED) comes from a package it depends on
+# (RocksDB is linked statically: its compression libraries are the ones that show up; what those
+# libraries need in turn, e.g. libpq's Kerberos, their own packages depend on).
 [[ "$depends" == *adduser* ]] || fail "Depends lacks adduser (postinst uses it)"
-for lib in $(ldd "$build/idemgate" | awk '$2 == "=>" {print $3}'); do
+needed="$(objdump -p "$build/idemgate" | awk '$1 == "NEEDED" {print $2}')"
+for lib in $(ldd "$build/idemgate" | awk '$2 == "=>" {print $1, $3}' |
+    while read -r name path; do grep -qx "$name" <<<"$needed" && echo "$path"; done); do
   pkg=""
   real="$(readlink -f "$lib")"
   for path in "$lib" "/usr$lib" "$real" "/usr$real"; do  # /lib is /usr/lib (usrmerge)
