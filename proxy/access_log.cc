@@ -3,12 +3,15 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+
+#include "common/log.h"
 
 namespace idemgate {
 
@@ -93,8 +96,16 @@ std::string FormatAccessLine(const AccessEntry& e) {
   AppendJsonString(&out, e.path);
   AppendField(&out, "client_ip");
   AppendJsonString(&out, e.client_ip);
+  if (!e.request_id.empty()) {
+    AppendField(&out, "request_id");
+    AppendJsonString(&out, e.request_id);
+  }
   AppendField(&out, "status");
-  out.append(std::to_string(e.status));
+  out.append(std::to_string(e.client_closed ? 499 : e.status));
+  if (e.client_closed) {
+    AppendField(&out, "answer_status");
+    out.append(std::to_string(e.status));
+  }
   AppendField(&out, "outcome");
   AppendJsonString(&out, e.outcome);
   if (e.error) {
@@ -116,7 +127,7 @@ std::string FormatAccessLine(const AccessEntry& e) {
     AppendMillis(&out, e.upstream_us);
   }
   AppendField(&out, "bytes_out");
-  out.append(std::to_string(e.bytes_out));
+  out.append(std::to_string(e.client_closed ? 0 : e.bytes_out));
   if (!e.key_hash.empty()) {
     AppendField(&out, "key_hash");
     AppendJsonString(&out, e.key_hash);
@@ -125,12 +136,22 @@ std::string FormatAccessLine(const AccessEntry& e) {
   return out;
 }
 
+namespace {
+// 0640 whatever the umask (the gateway runs with 077): the owner writes, its group (log
+// shippers, adm) reads.
+int OpenLogFile(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd >= 0) fchmod(fd, 0640);
+  return fd;
+}
+}  // namespace
+
 std::unique_ptr<AccessLog> AccessLog::Open(const std::string& destination, std::string* error,
                                            size_t max_buffer_bytes) {
   if (destination == "stdout") {
     return std::unique_ptr<AccessLog>(new AccessLog("", STDOUT_FILENO, max_buffer_bytes));
   }
-  int fd = open(destination.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int fd = OpenLogFile(destination);
   if (fd < 0) {
     *error = "cannot open access log '" + destination + "': " + strerror(errno);
     return nullptr;
@@ -208,7 +229,7 @@ void AccessLog::WriteOut(std::string_view bytes) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (!write_failed_) {
-        fprintf(stderr, "idemgate: access log write failed: %s\n", strerror(errno));
+        LogF(LogLevel::kError, "access_log", "write to the access log failed: %s", strerror(errno));
       }
       write_failed_ = true;
       return;
@@ -220,16 +241,16 @@ void AccessLog::WriteOut(std::string_view bytes) {
 
 void AccessLog::DoReopen() {
   if (path_.empty()) return;
-  int fd = open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int fd = OpenLogFile(path_);
   if (fd < 0) {
-    fprintf(stderr, "idemgate: cannot reopen access log '%s': %s (still writing the old file)\n",
-            path_.c_str(), strerror(errno));
+    LogF(LogLevel::kError, "access_log", "cannot reopen '%s': %s (still writing the old file)",
+         path_.c_str(), strerror(errno));
     return;
   }
   close(fd_);
   fd_ = fd;
   reopens_.fetch_add(1, std::memory_order_relaxed);
-  fprintf(stderr, "idemgate: access log reopened\n");
+  LogF(LogLevel::kInfo, "access_log", "access log reopened");
 }
 
 }  // namespace idemgate

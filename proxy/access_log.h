@@ -24,6 +24,7 @@ struct AccessEntry {
   std::string_view method;
   std::string_view path;  // without the query string
   std::string_view client_ip;
+  std::string_view request_id;  // X-Request-Id; empty = omitted
   int status = 0;
   const char* outcome = "";
   std::optional<ErrorCode> error;
@@ -33,6 +34,9 @@ struct AccessEntry {
   int64_t upstream_us = -1;  // -1 = nothing went upstream
   uint64_t bytes_out = 0;
   std::string key_hash;  // empty = unguarded
+  // The client went away before its answer (as nginx: logged as status 499, with the answer it
+  // would have had, which a guarded request's retry replays, as answer_status).
+  bool client_closed = false;
 };
 
 // {"time":...,"method":...} without the trailing newline.

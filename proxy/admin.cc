@@ -19,6 +19,7 @@
 #include <future>
 #include <memory>
 
+#include "common/log.h"
 #include "proxy/access_log.h"
 #include "proxy/errors.h"
 #include "proxy/guard.h"
@@ -143,9 +144,9 @@ std::string RecordKeyHash(const ScopeId& scope, const std::string& key) {
 // One stderr line per admin delete: who asked, which record, its state, forced, the outcome.
 void LogDelete(evhttp_request* req, const ScopeId& scope, const std::string& key,
                const std::string& state, bool force, const char* outcome) {
-  fprintf(stderr, "idemgate: admin delete: client=%s record=%s state=%s forced=%s result=%s\n",
-          PeerAddress(req).c_str(), RecordKeyHash(scope, key).c_str(), state.c_str(),
-          force ? "true" : "false", outcome);
+  LogF(LogLevel::kInfo, "admin", "delete: client=%s record=%s state=%s forced=%s result=%s",
+       PeerAddress(req).c_str(), RecordKeyHash(scope, key).c_str(), state.c_str(),
+       force ? "true" : "false", outcome);
 }
 
 // 409 for a non-forced delete of an in-flight record, saying what forcing would risk.

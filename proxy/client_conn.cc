@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <cerrno>
+
 #include "proxy/exchange.h"
 #include "proxy/replay_cache.h"
 #include "proxy/worker.h"
@@ -16,15 +18,15 @@ namespace {
 constexpr size_t kReadHighWater = 256 << 10;  // stop reading while this much waits unparsed
 constexpr int64_t kLingerMs = 2'000;          // read and discard after the last answer
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+constexpr unsigned char kTlsHandshakeRecord = 0x16;  // the first byte of every ClientHello
 
 }  // namespace
 
 ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls)
     : worker_(worker), peer_ip_(std::move(peer_ip)), tls_(tls != nullptr) {
   if (tls != nullptr) {
-    bev_.reset(bufferevent_openssl_socket_new(worker->base(), fd, tls, BUFFEREVENT_SSL_ACCEPTING,
-                                              BEV_OPT_CLOSE_ON_FREE));
-    if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
+    fd_ = fd;
+    pending_tls_ = tls;
   } else {
     bev_.reset(bufferevent_socket_new(worker->base(), fd, BEV_OPT_CLOSE_ON_FREE));
   }
@@ -32,16 +34,58 @@ ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, 
 
 ClientConn::~ClientConn() {
   if (exchange_) exchange_->DetachClient();
+  if (pending_tls_ != nullptr) {
+    SSL_free(pending_tls_);
+    evutil_closesocket(fd_);
+  }
 }
 
 void ClientConn::Start() {
+  if (pending_tls_ == nullptr) return StartStream(true);
+  // A TLS port: wait for the first byte (within the idle timeout) to tell a ClientHello from
+  // plain HTTP, which gets a readable 400 instead of a failed handshake (as nginx does).
+  timer_.Init<ClientConn, &ClientConn::OnTimer>(worker_->base(), this);
+  sniff_.reset(event_new(worker_->base(), fd_, EV_READ,
+                         &EventTrampoline<ClientConn, &ClientConn::OnFirstBytes>, this));
+  event_add(sniff_.get(), nullptr);
+  timer_.Arm(worker_->gateway().Snapshot()->limits.idle_timeout_ms);
+}
+
+void ClientConn::OnFirstBytes() {
+  unsigned char first = 0;
+  ssize_t n = recv(fd_, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+    event_add(sniff_.get(), nullptr);
+    return;
+  }
+  if (n <= 0) return Close(n == 0 ? CloseReason::kClientClosed : CloseReason::kSocketError);
+  timer_.Cancel();
+  SSL* tls = pending_tls_;
+  pending_tls_ = nullptr;
+  if (first == kTlsHandshakeRecord) {
+    bev_.reset(bufferevent_openssl_socket_new(worker_->base(), fd_, tls,
+                                              BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE));
+    if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
+    return StartStream(true);
+  }
+  SSL_free(tls);
+  tls_ = false;
+  bev_.reset(bufferevent_socket_new(worker_->base(), fd_, BEV_OPT_CLOSE_ON_FREE));
+  StartStream(false);
+  RespondError(ErrorCode::kBadRequest,
+               "This port speaks HTTPS: the plain HTTP request was sent to a TLS port; use "
+               "https://.");
+}
+
+// `serve`: read requests; otherwise only the answer RespondError queues next is written.
+void ClientConn::StartStream(bool serve) {
   bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
   bufferevent_setwatermark(bev_.get(), EV_READ, 0, kReadHighWater);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
-  timer_.Init<ClientConn, &ClientConn::OnTimer>(worker_->base(), this);
+  if (!timer_.initialized()) timer_.Init<ClientConn, &ClientConn::OnTimer>(worker_->base(), this);
   resume_.reset(event_new(worker_->base(), -1, 0,
                           &EventTrampoline<ClientConn, &ClientConn::OnWritten>, this));
-  BeginIdle();
+  if (serve) BeginIdle();
 }
 
 void ClientConn::ReadCb(bufferevent*, void* arg) {
@@ -64,6 +108,7 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   if (what & BEV_EVENT_CONNECTED) return;  // the TLS handshake finished
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
     self->read_eof_ = true;
+    if (self->exchange_ != nullptr) self->exchange_->ClientClosed();  // logged as 499
     // A half-closed client still gets the answer to the request it completed.
     if (self->state_ == State::kIdle || self->state_ == State::kReading) {
       self->Close(CloseReason::kClientClosed);
@@ -265,7 +310,8 @@ void ClientConn::Close(CloseReason reason) {
   }
   timer_.Cancel();
   if (resume_) event_del(resume_.get());
-  bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
+  if (sniff_) event_del(sniff_.get());
+  if (bev_) bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
   worker_->RemoveConn(this, reason);
 }
 

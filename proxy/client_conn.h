@@ -48,6 +48,8 @@ class ClientConn final : public ResponseSink {
   static void ReadCb(bufferevent*, void* arg);
   static void WriteCb(bufferevent*, void* arg);
   static void EventCb(bufferevent*, short what, void* arg);
+  void StartStream(bool serve);
+  void OnFirstBytes();
   void ProcessInput();
   void OnParsed();
   void StartExchange();
@@ -63,7 +65,10 @@ class ClientConn final : public ResponseSink {
   void OnWritten();
 
   Worker* worker_;
-  BufferEventPtr bev_;
+  BufferEventPtr bev_;  // on a TLS port: made once the first byte tells TLS from plain HTTP
+  evutil_socket_t fd_ = -1;
+  SSL* pending_tls_ = nullptr;  // owned until bev_ takes it
+  EventPtr sniff_;              // waits for the first byte on a TLS port
   std::string peer_ip_;
   std::unique_ptr<RequestParser> parser_;
   std::shared_ptr<const Config> parser_config_;  // the config the parser's limits came from

@@ -6,15 +6,27 @@
 #include <chrono>
 #include <cstdio>
 
+#include "common/log.h"
 #include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/metrics.h"
 #include "proxy/replay_cache.h"
+#include "proxy/request_id.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
 
 namespace {
+// The Host for requests that came without one: the upstream's host, and its port unless default.
+std::string UpstreamHost(const Config::Upstream& upstream) {
+  const std::string& host = upstream.addr.host;
+  std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  if (upstream.addr.port != (upstream.tls ? 443 : 80)) {
+    out += ":" + std::to_string(upstream.addr.port);
+  }
+  return out;
+}
+
 // An attempt's upstream call ends this long before its lease (less when the lease leaves less
 // room over connect + response timeouts), so its completion lands while it owns the key.
 constexpr int64_t kLeaseMarginMs = 1'000;
@@ -98,8 +110,8 @@ Exchange::~Exchange() = default;
 
 void Exchange::SetPhase(Phase next) {
   if (!Allowed(phase_, next)) {
-    fprintf(stderr, "idemgate: exchange: illegal phase change %s -> %s\n", PhaseName(phase_),
-            PhaseName(next));
+    LogF(LogLevel::kError, "exchange", "illegal phase change %s -> %s", PhaseName(phase_),
+         PhaseName(next));
     assert(false && "illegal exchange phase change");
   }
   phase_ = next;
@@ -114,6 +126,7 @@ void Exchange::OnLoop(Fn fn) {
 }
 
 void Exchange::Start() {
+  request_id_ = AssignRequestId(&request_);  // forwarded with the request, and logged
   guard_ = EvaluateGuard(*config_, request_);
   switch (guard_.kind) {
     case GuardKind::kPassthrough:
@@ -246,7 +259,8 @@ void Exchange::Forward() {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));
   }
-  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_);
+  std::string bytes =
+      SerializeUpstreamRequest(request_, client_ip_, proto_, UpstreamHost(config_->upstream));
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
                      [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }
@@ -328,8 +342,9 @@ void Exchange::OnComplete(const StoreStatus& status) {
     return;
   }
   // Not "nothing went upstream" (503): the outcome is unknown, as for an upstream failure.
-  fprintf(stderr, "idemgate: result of an executed request could not be stored: %s\n",
-          status.message.c_str());
+  IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
+                       "result of an executed request could not be stored: %s (request_id=%s)",
+                       status.message.c_str(), request_id_.c_str());
   RespondError(ErrorCode::kUpstreamFailed,
                "The request was forwarded upstream, but its result could not be recorded; its "
                "outcome is unknown.");
@@ -351,7 +366,9 @@ void Exchange::Release(ErrorCode code, std::string detail) {
 void Exchange::OnReleased(const StoreStatus& status) {
   if (!status.ok()) {
     // The record stays in flight: retries get 409 until the lease ends, then take over.
-    fprintf(stderr, "idemgate: releasing a claim failed: %s\n", status.message.c_str());
+    IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
+                         "releasing a claim failed: %s (request_id=%s)", status.message.c_str(),
+                         request_id_.c_str());
     if (error_detail_.empty()) error_detail_ = status.message;
   }
   RespondError(release_code_, release_detail_);
@@ -444,6 +461,7 @@ void Exchange::RecordFinished() {
   entry.method = request_.method;
   entry.path = request_.Path();
   entry.client_ip = client_ip_;
+  entry.request_id = request_id_;
   entry.status = status_;
   entry.outcome = OutcomeName(outcome_);
   entry.error = error_;
@@ -452,6 +470,7 @@ void Exchange::RecordFinished() {
   entry.total_us = total_us;
   entry.upstream_us = upstream_us_;
   entry.bytes_out = bytes_out_;
+  entry.client_closed = client_closed_ || sink_ == nullptr;  // the client went first
   if (guard_.kind == GuardKind::kGuarded) entry.key_hash = KeyHash(guard_.scope, guard_.key);
   env_->RecordExchange(sample, &entry);
 }

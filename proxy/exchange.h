@@ -56,6 +56,9 @@ class Exchange {
   void Start();
   // The client connection is gone; the exchange still runs to its end, storing its result.
   void DetachClient() { sink_ = nullptr; }
+  // The client closed its side (EOF) before the answer: logged as 499 (the answer is still
+  // written, for a client that only half-closed, and stored for a guarded request's retry).
+  void ClientClosed() { client_closed_ = true; }
   // Shutdown: an attempt waiting to retry its Complete gives up (the store is failing); every
   // other phase finishes (the worker cuts upstream calls, and store operations are short).
   void OnShutdown();
@@ -105,6 +108,8 @@ class Exchange {
 
   ExchangeEnv* env_;
   ResponseSink* sink_;
+  bool client_closed_ = false;
+  std::string request_id_;  // X-Request-Id: the client's, or made here (proxy/request_id.h)
   std::shared_ptr<const Config> config_;
   Request request_;
   std::string client_ip_;

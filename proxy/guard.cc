@@ -339,7 +339,16 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   const std::string* credential = FindHeader(request.headers, scope_header);
   std::string normalized =
       credential == nullptr ? std::string() : NormalizeCredential(scope_header, *credential);
-  if (normalized.empty() || IsBareScheme(scope_header, normalized)) {
+  if (credential != nullptr && (normalized.empty() || IsBareScheme(scope_header, normalized))) {
+    return Reject(ErrorCode::kMissingCredentials,
+                  "The " + scope_header + " header is empty" +
+                      (normalized.empty() ? std::string()
+                                          : " (only the scheme \"" + normalized + "\")") +
+                      "; a request with an " + key_header +
+                      " needs a credential in it, because keys are scoped to the caller's "
+                      "credential.");
+  }
+  if (normalized.empty()) {
     return Reject(ErrorCode::kMissingCredentials,
                   "A request with an " + key_header + " needs the " + scope_header +
                       " header, because keys are scoped to the caller's credential.");

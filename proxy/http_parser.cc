@@ -370,13 +370,18 @@ int Engine::OnMessageComplete() {
 }
 
 void Engine::FailFromLlhttp(llhttp_errno_t err) {
+  if (err == HPE_PAUSED_H2_UPGRADE) {  // the HTTP/2 connection preface, "PRI * HTTP/2.0"
+    Fail(ParseError::kMalformed,
+         "HTTP/2 is not spoken here: this gateway serves HTTP/1.1 (and 1.0) only; send the "
+         "request without HTTP/2 prior knowledge.");
+    return;
+  }
   const char* why = llhttp_get_error_reason(&parser);
   std::string text = type == HTTP_REQUEST ? "The request is not valid HTTP/1.1"
                                           : "The upstream response is not valid HTTP/1.1";
   if (why != nullptr && *why != '\0') text.append(": ").append(why);
   text.append(".");
   Fail(ParseError::kMalformed, std::move(text));
-  (void)err;
 }
 
 // One llhttp_execute over bytes that lie within one header section or after it.

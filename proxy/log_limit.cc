@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "common/log.h"
+
 namespace idemgate {
 
 bool RateLimitedLog::Write(const std::string& line) {
@@ -20,10 +22,10 @@ bool RateLimitedLog::Write(const std::string& line) {
     suppressed_ = 0;
   }
   if (suppressed > 0) {
-    fprintf(stderr, "idemgate: %s (%llu similar lines suppressed)\n", line.c_str(),
-            static_cast<unsigned long long>(suppressed));
+    LogF(LogLevel::kWarn, "worker", "%s (%llu similar lines suppressed)", line.c_str(),
+         static_cast<unsigned long long>(suppressed));
   } else {
-    fprintf(stderr, "idemgate: %s\n", line.c_str());
+    Log(LogLevel::kWarn, "worker", line);
   }
   return true;
 }

@@ -15,7 +15,7 @@ class RateLimitedLog {
   explicit RateLimitedLog(std::chrono::milliseconds interval = std::chrono::seconds(1))
       : interval_(interval) {}
 
-  // Writes "idemgate: <line>" to stderr unless a line of this kind was written less than an
+  // Writes <line> (common/log.h, WARN worker) unless a line of this kind was written less than an
   // interval ago (then it is only counted). Thread-safe. True when it was written.
   bool Write(const std::string& line);
   uint64_t suppressed() const;  // lines counted but not written since the last written one

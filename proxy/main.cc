@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,22 +16,23 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/admin.h"
+#include "proxy/build_info.h"
 #include "proxy/event_util.h"
 #include "proxy/gateway.h"
+#include "proxy/preflight.h"
 #include "proxy/reload.h"
 #include "proxy/store_signature.h"
 #include "proxy/tls.h"
 #include "proxy/metrics.h"
+#include "proxy/ops_metrics.h"
 #include "proxy/replay_cache.h"
 #include "proxy/worker.h"
 #include "store/store_factory.h"
 
-#ifndef IDEMGATE_VERSION
-#define IDEMGATE_VERSION "dev"
-#endif
 
 namespace idemgate {
 namespace {
@@ -60,7 +62,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
       fputs(kUsage, stdout);
       return 0;
     } else if (arg == "--version") {
-      printf("idemgate %s\n", IDEMGATE_VERSION);
+      fputs(VersionText().c_str(), stdout);
       return 0;
     } else if (arg == "--check-config") {
       args->check_only = true;
@@ -71,12 +73,13 @@ int ParseArgs(int argc, char** argv, Args* args) {
     } else if (arg.rfind("--config=", 0) == 0) {
       args->config_path = arg.substr(9);
     } else {
-      fprintf(stderr, "idemgate: unknown argument '%s'\n%s", arg.c_str(), kUsage);
+      LogF(LogLevel::kError, "main", "unknown argument '%s' (idemgate --help lists them)",
+           arg.c_str());
       return 2;
     }
   }
   if (args->config_path.empty()) {
-    fprintf(stderr, "idemgate: --config FILE is required\n%s", kUsage);
+    LogF(LogLevel::kError, "main", "--config FILE is required (idemgate --help)");
     return 2;
   }
   return -1;
@@ -103,6 +106,11 @@ class Server {
     const Config& config = *gateway_.Snapshot();
     // Before the store is opened or created: a second instance must not touch anything.
     if (!CheckListenAddressFree(config.listen.addr, error)) return false;
+    const bool embedded = config.store.backend == "rocksdb";
+    if (std::string e = embedded ? PrepareStoreDirectory(config.store.path) : ""; !e.empty()) {
+      *error = e;
+      return false;
+    }
     StoreHooks hooks;
     hooks.clock = &clock_;
     metrics_ = std::make_unique<Metrics>(WorkerCount(config));  // one shard per worker
@@ -110,13 +118,16 @@ class Server {
       metrics->ObserveBatchSize(ops);
     };
     store_ = OpenStore(config, hooks, error);
-    if (!store_) return false;
+    if (!store_) {
+      if (embedded) *error = ExplainStoreOpenError(config.store.path, *error);
+      return false;
+    }
     // Before any loop runs: settings that would remap live records need the operator's consent.
     std::string note;
     if (!CheckStoreSignature(store_.get(), config, accept_new_signature_, error, &note)) {
       return false;
     }
-    if (!note.empty()) fprintf(stderr, "idemgate: %s\n", note.c_str());
+    if (!note.empty()) Log(LogLevel::kWarn, "store", note);
     caching_store_ = std::make_unique<CachingStore>(store_.get(), &replay_cache_);
     gateway_.store = caching_store_.get();
     gateway_.replay_cache = &replay_cache_;
@@ -162,6 +173,10 @@ class Server {
   bool OpenObservability(const Config& config, std::string* error) {
     Store* store = store_.get();
     metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
+    reload_stats_.ConfigLoaded(config_path_);
+    metrics_->SetExtraSource([stats = &reload_stats_] {
+      return RenderProcessMetrics() + stats->Render();
+    });
     gateway_.metrics = metrics_.get();
     if (config.log.access != "off") {
       access_log_ = AccessLog::Open(config.log.access, error);
@@ -210,8 +225,9 @@ class Server {
     for (auto& worker : workers_) worker->Start();
     printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
     fflush(stdout);
-    fprintf(stderr, "idemgate %s: %d workers, upstream %s, store %s\n", IDEMGATE_VERSION, count,
-            config.upstream.url.c_str(), DescribeStore(config).c_str());
+    LogF(LogLevel::kInfo, "main", "idemgate %s (commit %s): %d workers, upstream %s, store %s",
+         GetBuildInfo().version.c_str(), GetBuildInfo().commit.c_str(), count,
+         config.upstream.url.c_str(), DescribeStore(config).c_str());
     return true;
   }
 
@@ -227,14 +243,14 @@ class Server {
     raised.rlim_cur = std::min(wanted, limit.rlim_max);
     if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
     if (limit.rlim_cur >= wanted) return;
-    fprintf(stderr,
-            "idemgate: warning: the open-file limit (%llu) is below what limits.max_connections "
-            "(%lld) may need (%llu: a client and an upstream connection each, and 256 for the "
-            "store); past it new connections wait. Raise the limit (ulimit -n, LimitNOFILE=) "
-            "or lower limits.max_connections.\n",
-            static_cast<unsigned long long>(limit.rlim_cur),
-            static_cast<long long>(config.limits.max_connections),
-            static_cast<unsigned long long>(wanted));
+    LogF(LogLevel::kWarn, "main",
+         "the open-file limit (%llu) is below what limits.max_connections (%lld) may need (%llu: "
+         "a client and an upstream connection each, and 256 for the store); past it new "
+         "connections wait. Raise the limit (ulimit -n, LimitNOFILE=) or lower "
+         "limits.max_connections.",
+         static_cast<unsigned long long>(limit.rlim_cur),
+         static_cast<long long>(config.limits.max_connections),
+         static_cast<unsigned long long>(wanted));
   }
 
   // SIGHUP: reopen the access log at its path (after logrotate renamed the old file), and
@@ -248,22 +264,23 @@ class Server {
   void Reload() {
     ConfigResult loaded = LoadConfig(config_path_);
     if (!loaded.ok()) {
-      fprintf(stderr, "idemgate: reload failed, keeping the running config: %s\n",
-              loaded.error.c_str());
+      reload_stats_.ReloadFailed();  // counted before the line: a reader of the line sees it
+      LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
+           loaded.error.c_str());
       return;
     }
     ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
     for (const std::string& key : plan.ignored) {
-      fprintf(stderr, "idemgate: reload: %s changed; it takes effect after a restart\n",
-              key.c_str());
+      LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
     }
     gateway_.config.store(plan.config);
-    fprintf(stderr, "idemgate: config reloaded from %s\n", config_path_.c_str());
+    reload_stats_.ReloadSucceeded(config_path_);
+    LogF(LogLevel::kInfo, "reload", "config reloaded from %s", config_path_.c_str());
   }
 
   static void OnStop(evutil_socket_t, short, void* arg) {
     auto* self = static_cast<Server*>(arg);
-    fprintf(stderr, "idemgate: shutting down\n");
+    Log(LogLevel::kInfo, "main", "shutting down");
     event_base_loopbreak(self->main_base_);
   }
 
@@ -273,6 +290,7 @@ class Server {
   SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
   SslCtxPtr upstream_tls_;
   Gateway gateway_;
+  ReloadStats reload_stats_;           // before metrics_: its source reads it
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
   std::unique_ptr<Store> caching_store_;  // over store_: a delete evicts from replay_cache_
@@ -284,14 +302,28 @@ class Server {
   event_base* main_base_ = nullptr;
 };
 
+// The host checks (proxy/preflight.h), for --check-config and before start: each of these
+// would stop the start later with a less direct message.
+bool RunPreflight(const Config& config, const std::string& config_path) {
+  std::vector<PreflightProblem> problems = Preflight(config);
+  for (const PreflightProblem& p : problems) {
+    LogF(LogLevel::kError, "config", "%s: %s", config_path.c_str(), p.message.c_str());
+  }
+  return problems.empty();
+}
+
 int Main(int argc, char** argv) {
   Args args;
   if (int rc = ParseArgs(argc, argv, &args); rc >= 0) return rc;
+  // Every file the gateway creates (the store's, whatever RocksDB makes) is private to its user;
+  // the access log is widened to 0640 where it is opened.
+  umask(077);
   ConfigResult loaded = LoadConfig(args.config_path);
   if (!loaded.ok()) {
-    fprintf(stderr, "idemgate: %s\n", loaded.error.c_str());
+    Log(LogLevel::kError, "config", loaded.error);
     return 1;
   }
+  if (!RunPreflight(*loaded.config, args.config_path)) return 1;
   if (args.check_only) {
     printf("%s: configuration OK\n", args.config_path.c_str());
     return 0;
@@ -304,11 +336,11 @@ int Main(int argc, char** argv) {
   Server server(loaded.config, args.config_path, args.accept_new_signature);
   std::string error;
   if (!server.Open(&error)) {
-    fprintf(stderr, "idemgate: %s\n", error.c_str());
+    Log(LogLevel::kError, "main", error);
     return 1;
   }
   server.Run();
-  fprintf(stderr, "idemgate: stopped\n");
+  Log(LogLevel::kInfo, "main", "stopped");
   return 0;
 }
 

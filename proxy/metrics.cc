@@ -205,7 +205,9 @@ std::string Metrics::Render() const {
   }
   RenderHistograms(&w);
   RenderGauges(&w);
-  return w.Take();
+  std::string out = w.Take();
+  if (extra_) out += extra_();
+  return out;
 }
 
 void Metrics::RenderHistograms(MetricsWriter* w) const {

@@ -111,6 +111,8 @@ class Metrics {
   // Gauges read at scrape time (set once at start-up, before any scrape).
   void SetRecordsSource(std::function<uint64_t()> fn) { records_ = std::move(fn); }
   void SetAccessLogDroppedSource(std::function<uint64_t()> fn) { log_dropped_ = std::move(fn); }
+  // More families, rendered at scrape time after these (build, process, reload: ops_metrics.h).
+  void SetExtraSource(std::function<std::string()> fn) { extra_ = std::move(fn); }
   void SetUnsentBytesSource(std::function<uint64_t()> fn) { unsent_bytes_ = std::move(fn); }
 
   // The Prometheus text exposition format, version 0.0.4.
@@ -125,6 +127,7 @@ class Metrics {
   Histogram batch_size_;
   std::function<uint64_t()> records_;
   std::function<uint64_t()> log_dropped_;
+  std::function<std::string()> extra_;
   std::function<uint64_t()> unsent_bytes_;
 };
 

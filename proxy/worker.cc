@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/log.h"
 #include "proxy/access_log.h"
 #include "proxy/client_conn.h"
 #include "proxy/exchange.h"
@@ -361,8 +362,8 @@ void Worker::BeginDrain() {
 // indeterminate answer (R4), so a retry after the restart replays it instead of executing again.
 void Worker::CutAtGrace() {
   if (!exchanges_.empty()) {
-    fprintf(stderr, "idemgate: shutdown grace over: ending %zu requests in progress\n",
-            exchanges_.size());
+    LogF(LogLevel::kWarn, "worker", "shutdown grace over: ending %zu requests in progress",
+         exchanges_.size());
   }
   upstream_->AbortAll("the gateway shut down before the upstream answered");
   std::vector<Exchange*> running;
@@ -377,7 +378,7 @@ void Worker::CutAtGrace() {
 
 // The store did not finish in time either: answer what has not been answered, and leave.
 void Worker::HardStop() {
-  fprintf(stderr, "idemgate: %zu store operations still pending at exit\n", exchanges_.size());
+  LogF(LogLevel::kWarn, "worker", "%zu store operations still pending at exit", exchanges_.size());
   for (auto& [raw, owned] : exchanges_) raw->AnswerNow();
   event_base_loopexit(base_.get(), nullptr);
 }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "store/pg_conn.h"
 #include "store/pg_store.h"
 
@@ -152,7 +153,7 @@ class PgStore final : public Store, public pg::ConnListener {
 
   // ConnListener, on the store's thread.
   void OnUp(pg::Conn*) override {
-    if (up_++ == 0) fprintf(stderr, "idemgate store: connected to PostgreSQL\n");
+    if (up_++ == 0) Log(LogLevel::kInfo, "store", "connected to PostgreSQL");
     if (!announced_up_) {
       announced_up_ = true;
       first_up_.set_value();
@@ -161,7 +162,7 @@ class PgStore final : public Store, public pg::ConnListener {
   }
 
   void OnDown(pg::Conn*, std::unique_ptr<Op> op, const std::string& why) override {
-    if (--up_ == 0) fprintf(stderr, "idemgate store: lost PostgreSQL: %s\n", why.c_str());
+    if (--up_ == 0) LogF(LogLevel::kError, "store", "lost PostgreSQL: %s", why.c_str());
     if (op != nullptr) Requeue(std::move(op));
     if (up_ == 0) FailFreshOps("no PostgreSQL primary is reachable: " + why);
     Pump();
@@ -169,7 +170,8 @@ class PgStore final : public Store, public pg::ConnListener {
 
   void OnDone(pg::Conn*, std::unique_ptr<Op> op, ResultPtr result, bool unknown) override {
     if (unknown) {
-      fprintf(stderr, "idemgate store: replication wait cancelled; sending the statement again\n");
+      IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "store",
+                           "replication wait cancelled; sending the statement again");
       Requeue(std::move(op));
     } else {
       Deliver(*op, result.get());

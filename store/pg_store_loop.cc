@@ -108,7 +108,7 @@ void PgStore::Deliver(Op& op, PGresult* res) {
   bool ok = st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
   int affected = atoi(PQcmdTuples(res));
   if (op.kind == OpKind::kCleanup) {
-    if (!ok) fprintf(stderr, "idemgate store: clean-up failed: %s", PQresultErrorMessage(res));
+    if (!ok) LogF(LogLevel::kError, "store", "clean-up failed: %s", PQresultErrorMessage(res));
     bool more = ok && affected >= pg::kCleanupBatch && !stopping_;
     return Schedule(cleanup_, more ? 0 : options_.cleanup_interval_ms);
   }

@@ -9,6 +9,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "common/log.h"
+
 namespace idemgate {
 namespace {
 
@@ -45,7 +47,7 @@ class StderrLogger final : public rocksdb::Logger {
     int n = vsnprintf(line, sizeof(line), format, ap);
     size_t len = n < 0 ? 0 : std::min(static_cast<size_t>(n), sizeof(line) - 1);
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ' ')) --len;
-    fprintf(stderr, "idemgate store: %.*s\n", static_cast<int>(len), line);
+    IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "store", "rocksdb: %.*s", static_cast<int>(len), line);
   }
 };
 

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "store/claim_rules.h"
 #include "store/meta_file.h"
 #include "store/rocks_options.h"
@@ -223,10 +224,10 @@ void RocksStore::Close() {
   if (std::this_thread::get_id() == writer_.get_id()) return;
   if (writer_.joinable()) writer_.join();
   if (!reconcile_.empty()) {  // the writer is gone: reading its state is safe
-    fprintf(stderr,
-            "idemgate store: closing with %zu key(s) of a failed write not reconciled; a claim "
-            "reported as failed may block its key until its lease ends\n",
-            reconcile_.size());
+    LogF(LogLevel::kWarn, "store",
+         "closing with %zu key(s) of a failed write not reconciled; a claim reported as failed "
+         "may block its key until its lease ends",
+         reconcile_.size());
   }
   std::unique_lock lock(db_mu_);
   if (db_) {

@@ -149,7 +149,7 @@ TEST_F(RecordApiTest, DeleteOfALiveAttemptNeedsForce) {
   EXPECT_NE(deleted.body.find("\"deleted\":true,\"forced\":true"), std::string::npos);
   EXPECT_EQ(Records("GET", "key=r-stuck", Auth(kToken)).status, 404);
   static const std::regex kLogLine(
-      R"re(admin delete: client=127\.0\.0\.1 record=[0-9a-f]{16} state=in_flight )re"
+      R"re(INFO admin: delete: client=127\.0\.0\.1 record=[0-9a-f]{16} state=in_flight )re"
       R"re(forced=true result=deleted)re");
   EXPECT_TRUE(gateway_.WaitForOutput("forced=true result=deleted"));
   EXPECT_TRUE(std::regex_search(gateway_.log(), kLogLine)) << gateway_.log();

@@ -131,7 +131,7 @@ TEST_F(FaultsStoreTest, CompletionRetriedUntilTheDiskRecovers) {
   ASSERT_TRUE(upstream_.WaitForRequests(2));  // claimed, durable, and sent upstream
   ASSERT_TRUE(FillUntilFull(filler));
   // Wait until the completion has failed at least once, then free the space.
-  ASSERT_TRUE(gateway_.WaitForOutput("idemgate store:")) << gateway_.log();
+  ASSERT_TRUE(gateway_.WaitForOutput(" store: rocksdb:")) << gateway_.log();
   ASSERT_EQ(unlink(filler.c_str()), 0);
   client.join();
   EXPECT_EQ(answer.status, 201) << answer.error << gateway_.log().substr(0, 2000);

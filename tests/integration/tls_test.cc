@@ -156,11 +156,20 @@ TEST_F(TlsListenerTest, Tls11IsRefused) {
   EXPECT_EQ(control.status, 200);
 }
 
-TEST_F(TlsListenerTest, PlainHttpOnTheTlsPortGetsNoAnswer) {
-  HttpResponse r = Post("tls-plain", kBody);
-  EXPECT_NE(r.status, 201) << r.raw;
-  EXPECT_EQ(r.Header("Idempotent-Replayed"), std::nullopt);
+// As nginx does: a readable 400 in plain HTTP, not a failed handshake (a reset).
+TEST_F(TlsListenerTest, PlainHttpOnTheTlsPortGetsAClear400) {
+  for (const char* method : {"POST", "PATCH"}) {  // OpenSSL itself recognizes POST, not PATCH
+    TestClient client(port_);
+    HttpResponse r = client.Request(method, "/v1/payment_intents",
+                                    {kMerchant[0], {"Idempotency-Key", "tls-plain"}}, kBody);
+    EXPECT_EQ(r.status, 400) << method << ": " << r.raw;
+    EXPECT_EQ(ErrorCodeOf(r), "bad_request") << r.raw;
+    EXPECT_NE(r.body.find("plain HTTP request was sent to a TLS port"), std::string::npos)
+        << r.body;
+  }
   EXPECT_EQ(upstream_.requests(), 0);
+  // The port still speaks TLS.
+  EXPECT_EQ(CurlPost("tls-after-plain", {"--cacert", ca_.cert}).status, 201);
 }
 
 // ---- https upstreams: gateway A (plain) -> gateway B (TLS listener) -> FakeUpstream ----
