@@ -82,8 +82,18 @@ class PgFailoverTest : public PgGatewaysTest {
       EXPECT_TRUE(WaitForAcks(AckedCount() + 300));
     }
     EXPECT_TRUE(pg_.Kill9(0));
-    // What the frozen receiver had not read dies with it.
-    if (freeze_receiver) kill(receiver, SIGKILL);
+    // What the frozen receiver had not read dies with it. A child killed by SIGKILL makes the
+    // standby's postmaster restart its processes: wait until it answers again before promoting
+    // (a promote sent during that restart can be missed).
+    if (freeze_receiver) {
+      kill(receiver, SIGKILL);
+      std::string out, ignored;
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!pg_.Exec(standby, "SELECT 1", &out, &ignored) &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
     size_t at_kill = AckedCount();
     EXPECT_TRUE(pg_.Promote(standby, &error)) << error;
     EXPECT_TRUE(WaitForAcks(at_kill + 100))
