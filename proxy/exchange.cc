@@ -277,12 +277,21 @@ void Exchange::OnUpstream(UpstreamResult result) {
       response = ToStoredResponse(result.response, request_.method == "HEAD");
       break;
     case UpstreamError::kUnavailable:  // nothing went upstream: nothing to store (R3)
+      // Say why (refused, DNS, TLS verification, timeout): the client only sees a 502.
+      IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "upstream", "upstream unavailable: %s",
+                           result.detail.c_str());
       if (guarded) return Release(ErrorCode::kUpstreamUnavailable);
       return RespondError(ErrorCode::kUpstreamUnavailable);
-    case UpstreamError::kFailed:
-    case UpstreamError::kTooLarge:  // indeterminate: stored as the result (R4)
+    case UpstreamError::kFailed:  // indeterminate: stored as the result (R4)
       error_ = ErrorCode::kUpstreamFailed;
       response = MakeErrorResponse(ErrorCode::kUpstreamFailed);
+      break;
+    case UpstreamError::kTooLarge:  // indeterminate too, but say what happened
+      error_ = ErrorCode::kUpstreamFailed;
+      response = MakeErrorResponse(
+          ErrorCode::kUpstreamFailed,
+          "The upstream's response was larger than this gateway's limits.max_response_body, so "
+          "it could not be relayed or stored; the request may or may not have been executed.");
       break;
     case UpstreamError::kTimeout:
       error_ = ErrorCode::kUpstreamTimeout;
