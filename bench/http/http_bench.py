@@ -7,9 +7,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import benchlib as B
+import pgcluster
 
 SCENARIOS = ["passthrough", "fresh", "replay", "conflict"]
 TARGETS_RATIO = {"passthrough": 1.0, "fresh": 0.75, "replay": 1.5}
@@ -40,12 +42,30 @@ def parse_args(argv):
                    help="store.sync (default true; false only to see what the disk costs)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     p.add_argument("--bin", required=True, help="idemgate binary")
+    p.add_argument("--compare-bin", default="",
+                   help="a second idemgate binary (e.g. an older commit) measured as target "
+                        "idemgate-cmp (workers=1) in the same rounds, alternating with --bin")
+    p.add_argument("--backend", choices=["rocksdb", "postgres"], default="rocksdb",
+                   help="postgres: also start a PostgreSQL server (fsync on) and measure one "
+                        "(idemgate-pg) and two (idemgate-pg2, wrk split over both) instances "
+                        "on it, next to the RocksDB rows of the same run")
+    p.add_argument("--pg-connections", type=int, default=8,
+                   help="store.postgres.connections per instance (default 8)")
     return p.parse_args(argv)
 
 
 class Target:
-    def __init__(self, name, port, proc, pids_fn):
-        self.name, self.port, self.proc, self.pids = name, port, proc, pids_fn
+    """One benchmarked endpoint: nginx, or one or more idemgate instances sharing a store."""
+
+    def __init__(self, name, ports, procs, pids_fn, db_pids=lambda: []):
+        self.name, self.ports, self.procs, self.pids = name, ports, procs, pids_fn
+        self.port, self.proc, self.db_pids = ports[0], procs[0], db_pids
+
+
+LABELS = {"idemgate": "workers=1, RocksDB", "idemgate-w2": "workers=2, RocksDB",
+          "idemgate-cmp": "workers=1, RocksDB, --compare-bin",
+          "idemgate-pg": "workers=1, PostgreSQL, 1 instance",
+          "idemgate-pg2": "workers=1 each, PostgreSQL, 2 instances"}
 
 
 def start_nginx(procs, tmp, template, name, values):
@@ -54,16 +74,55 @@ def start_nginx(procs, tmp, template, name, values):
                         "-c", conf], os.path.join(tmp, name + ".out"))
 
 
-def start_idemgate(procs, args, tmp, name, upstream_port, workers):
+def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg=None):
     port = B.free_ports(1)[0]
     store = os.path.join(tmp, "store-" + name)
-    conf = B.render("idemgate.toml", os.path.join(tmp, name + ".toml"),
-                    {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store,
-                     "WORKERS": workers, "SYNC": args.sync})
+    vals = {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store, "WORKERS": workers,
+            "SYNC": args.sync}
+    if pg:
+        vals.update({"DSN": pg.dsn(), "PG_CONNECTIONS": args.pg_connections})
+    conf = B.render("idemgate_pg.toml" if pg else "idemgate.toml",
+                    os.path.join(tmp, name + ".toml"), vals)
     out = os.path.join(tmp, name + ".out")
-    p = procs.start([args.bin, "--config", conf], out)
+    p = procs.start([binary or args.bin, "--config", conf], out)
     B.wait_line(out, "listening on", p)
-    return Target(name, port, p, lambda: [p.pid]), store
+    db = pg.pids if pg else (lambda: [])
+    return Target(name, [port], [p], lambda: [p.pid], db), store
+
+
+def start_pg_targets(procs, args, tmp, upstream_port, pg):
+    """idemgate-pg (one instance) and idemgate-pg2 (two instances), all on the same database."""
+    one = start_idemgate(procs, args, tmp, "idemgate-pg", upstream_port, 1, pg=pg)[0]
+    a = start_idemgate(procs, args, tmp, "idemgate-pg2a", upstream_port, 1, pg=pg)[0]
+    b = start_idemgate(procs, args, tmp, "idemgate-pg2b", upstream_port, 1, pg=pg)[0]
+    two = Target("idemgate-pg2", a.ports + b.ports, a.procs + b.procs,
+                 lambda: [a.proc.pid, b.proc.pid], pg.pids)
+    return [one, two]
+
+
+def wrk_spread(args, tmp, target, scenario, prefix):
+    """One wrk per instance in parallel, threads and connections split evenly; merged result.
+    req/s are summed; p50/p99 are the higher of the processes' values."""
+    n = len(target.ports)
+    res = [None] * n
+
+    def one(i):
+        res[i] = B.run_wrk(target.ports[i], scenario, "%s-i%d" % (prefix, i), args.duration,
+                           max(1, args.threads // n), max(1, args.connections // n),
+                           args.replay_keys, log=os.path.join(tmp, "wrk.log"))
+
+    ths = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    if any(r is None for r in res):
+        raise RuntimeError("a wrk process failed for %s" % target.name)
+    out = {k: sum(r[k] for r in res) for k in ("requests", "status_errors", "connect", "read",
+                                                "write", "timeout", "rps")}
+    out.update({k: max(r[k] for r in res) for k in ("duration_us", "p50_us", "p99_us")})
+    out["mean_us"] = sum(r["mean_us"] * r["requests"] for r in res) / max(out["requests"], 1)
+    return out
 
 
 def check(cond, msg):
@@ -74,11 +133,16 @@ def check(cond, msg):
 def run_one(args, tmp, target, scenario, prefix, upstream_pids):
     pids = target.pids()
     c0, u0 = B.cpu_seconds(pids), B.cpu_seconds(upstream_pids())
-    r = B.run_wrk(target.port, scenario, prefix, args.duration, args.threads, args.connections,
-                  args.replay_keys, log=os.path.join(tmp, "wrk.log"))
+    d0 = B.cpu_seconds(target.db_pids())
+    if len(target.ports) > 1:
+        r = wrk_spread(args, tmp, target, scenario, prefix)
+    else:
+        r = B.run_wrk(target.port, scenario, prefix, args.duration, args.threads,
+                      args.connections, args.replay_keys, log=os.path.join(tmp, "wrk.log"))
     n = max(r["requests"], 1)
     r["cpu_us"] = (B.cpu_seconds(pids) - c0) * 1e6 / n
     r["up_cpu_us"] = (B.cpu_seconds(upstream_pids()) - u0) * 1e6 / n
+    r["db_cpu_us"] = (B.cpu_seconds(target.db_pids()) - d0) * 1e6 / n
     r["load"] = B.loadavg()
     log("%-11s %-12s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  non2xx %d  timeouts %d  "
         "cpu %.1f us/req  load %s" % (scenario, target.name, r["rps"], r["p50_us"] / 1e3,
@@ -148,6 +212,9 @@ def profile(args, tmp, target, upstream_pids):
 
 def build_info(binary):
     root = os.path.dirname(os.path.dirname(B.HERE))
+    top = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(binary)), "rev-parse",
+                          "--show-toplevel"], capture_output=True, text=True).stdout.strip()
+    root = top or root  # the checkout the binary was built in, when it sits inside one
     git = lambda *a: subprocess.run(["git", "-C", root] + list(a), capture_output=True,
                                     text=True).stdout.strip()
     dirty = git("status", "--porcelain", "--", "proxy", "store", "conf", "CMakeLists.txt")
@@ -159,12 +226,31 @@ def med(rs, key):
     return statistics.median(r[key] for r in rs)
 
 
+def compare_table(results):
+    """--bin (idemgate) against --compare-bin (idemgate-cmp), both workers=1, same rounds."""
+    out = ["\n### idemgate (--bin) vs idemgate-cmp (--compare-bin), medians; paired = median of "
+           "the per-round ratios\n",
+           "| scenario | cmp req/s | bin req/s | bin/cmp | paired bin/cmp | cmp/nginx | bin/nginx "
+           "| cmp p50/p99 ms | bin p50/p99 ms | cmp CPU us/req | bin CPU us/req |",
+           "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+    for sc in [s for s in SCENARIOS if (s, "idemgate-cmp") in results]:
+        c, g, n = results[(sc, "idemgate-cmp")], results[(sc, "idemgate")], results[(sc, "nginx")]
+        paired = statistics.median(x["rps"] / y["rps"] for x, y in zip(g, c))
+        out.append("| %s | %.0f | %.0f | %.3f | %.3f | %.2fx | %.2fx | %.2f / %.2f | %.2f / %.2f "
+                   "| %.1f | %.1f |" % (
+                       sc, med(c, "rps"), med(g, "rps"), med(g, "rps") / med(c, "rps"), paired,
+                       med(c, "rps") / med(n, "rps"), med(g, "rps") / med(n, "rps"),
+                       med(c, "p50_us") / 1e3, med(c, "p99_us") / 1e3, med(g, "p50_us") / 1e3,
+                       med(g, "p99_us") / 1e3, med(c, "cpu_us"), med(g, "cpu_us")))
+    return out
+
+
 def report(args, results, names, fsync, hwm, filled, load0, load1, cmd):
     out = []
     for name in names[1:]:
-        out.append("\n### idemgate %s vs nginx (medians of %d rounds, %ds each, wrk -t%d -c%d)\n"
-                   % ("workers=1" if name == "idemgate" else "workers=2", args.rounds,
-                      args.duration, args.threads, args.connections))
+        out.append("\n### %s (%s) vs nginx (medians of %d rounds, %ds each, wrk -t%d -c%d)\n"
+                   % (name, LABELS.get(name, name), args.rounds, args.duration, args.threads,
+                      args.connections))
         out.append("| scenario | nginx req/s | idemgate req/s | ratio | nginx p50/p99 ms "
                    "| idemgate p50/p99 ms | idemgate CPU us/req | idemgate non-2xx | target |")
         out.append("|---|---:|---:|---:|---|---|---:|---:|---|")
@@ -183,7 +269,17 @@ def report(args, results, names, fsync, hwm, filled, load0, load1, cmd):
                        % (sc, med(n, "rps"), med(g, "rps"), ratio, med(n, "p50_us") / 1e3,
                           med(n, "p99_us") / 1e3, med(g, "p50_us") / 1e3, med(g, "p99_us") / 1e3,
                           med(g, "cpu_us"), nonok * 100, target))
-    out.append("\nPer-round req/s (nginx | idemgate | idemgate w2), nginx CPU us/req:")
+    if "idemgate-cmp" in names:
+        out.extend(compare_table(results))
+    if "idemgate-pg" in names:
+        out.append("\nPostgreSQL CPU per request (all server processes), median: " + ", ".join(
+            "%s %s %.1f us" % (n, sc, med(results[(sc, n)], "db_cpu_us"))
+            for n in ("idemgate-pg", "idemgate-pg2") for sc in SCENARIOS
+            if (sc, n) in results))
+        out.append("idemgate-pg2: one wrk per instance (threads and connections split), req/s "
+                   "summed, p50/p99 the higher of the two; all PostgreSQL targets share one "
+                   "database (store.postgres.connections = %d per instance)." % args.pg_connections)
+    out.append("\nPer-round req/s (%s), nginx CPU us/req:" % " | ".join(names))
     for sc in SCENARIOS:
         if (sc, "nginx") not in results:
             continue
@@ -210,6 +306,8 @@ def report(args, results, names, fsync, hwm, filled, load0, load1, cmd):
     out.append("- load average (1/5/15 min): start %s, end %s; %d cores" % (load0, load1,
                                                                           os.cpu_count()))
     out.append("- idemgate binary: %s" % build_info(args.bin))
+    if args.compare_bin:
+        out.append("- idemgate-cmp binary: %s" % build_info(args.compare_bin))
     out.append("- command: `%s`" % cmd)
     return "\n".join(out)
 
@@ -220,6 +318,7 @@ def main(argv):
     tmp = tempfile.mkdtemp(prefix="idemgate-bench-")
     procs = B.Procs()
     hole = B.black_hole()
+    pg = None
     load0 = B.loadavg()
     log("temp dir %s; load %s" % (tmp, load0))
     try:
@@ -232,23 +331,31 @@ def main(argv):
         px = start_nginx(procs, tmp, "nginx_proxy.conf", "proxy", vals)
         B.wait_port(px_port, px)
         upstream_pids = lambda: [up.pid] + B.children(up.pid)
-        targets = [Target("nginx", px_port, px, lambda: [px.pid] + B.children(px.pid))]
+        targets = [Target("nginx", [px_port], [px], lambda: [px.pid] + B.children(px.pid))]
         g1, store1 = start_idemgate(procs, args, tmp, "idemgate", up_port, 1)
         targets.append(g1)
+        if args.compare_bin:
+            targets.append(start_idemgate(procs, args, tmp, "idemgate-cmp", up_port, 1,
+                                          binary=args.compare_bin)[0])
         if args.workers2:
             targets.append(start_idemgate(procs, args, tmp, "idemgate-w2", up_port, 2)[0])
+        if args.backend == "postgres":
+            pg = pgcluster.PgServer(B.free_ports(1)[0]).start()
+            log("PostgreSQL %s on port %d (%s)" % (pg.bin, pg.port, pg.root))
+            targets.extend(start_pg_targets(procs, args, tmp, up_port, pg))
         for t in targets:
             st, _, body = B.post(t.port, "/v1/payments", {"Content-Type": "application/json"})
             check(st == 201 and len(body) == len(B.BODY), "%s: %d %r" % (t.name, st, body[:80]))
             if t.name != "nginx":
                 counts = B.preload_replay(t.port, args.replay_keys)
                 check(counts == {201: args.replay_keys}, "%s preload: %s" % (t.name, counts))
-                st, hdrs, _ = B.post(t.port, "/v1/payments",
-                                     {"Content-Type": "application/json",
-                                      "Authorization": "Bearer sk_bench",
-                                      "Idempotency-Key": "replay-7"}, B.REQ_BODY)
-                check(st == 201 and hdrs.get("Idempotent-Replayed") == "true",
-                      "%s replay check: %d %s" % (t.name, st, hdrs))
+                for port in t.ports:
+                    st, hdrs, _ = B.post(port, "/v1/payments",
+                                         {"Content-Type": "application/json",
+                                          "Authorization": "Bearer sk_bench",
+                                          "Idempotency-Key": "replay-7"}, B.REQ_BODY)
+                    check(st == 201 and hdrs.get("Idempotent-Replayed") == "true",
+                          "%s replay check on %d: %d %s" % (t.name, port, st, hdrs))
         log("origin 201 with %d-byte body; %d replay keys completed" % (len(B.BODY),
                                                                        args.replay_keys))
         fsync = [("before the rounds", B.fdatasync_probe(store1))]
@@ -262,7 +369,8 @@ def main(argv):
         if args.perf:
             profile(args, tmp, g1, upstream_pids)
         for t in targets[1:]:
-            procs.stop(t.proc)
+            for p in t.procs:
+                procs.stop(p)
         filled = fill(args, procs, tmp, up_port) if args.fill > 0 else None
         load1 = B.loadavg()
         cmd = os.environ.get("BENCH_CMD", "scripts/bench http " + " ".join(argv))
@@ -271,6 +379,8 @@ def main(argv):
         return 0
     finally:
         procs.stop_all()
+        if pg:
+            pg.stop()
         hole.close()
         if args.keep:
             log("kept %s" % tmp)

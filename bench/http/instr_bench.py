@@ -1,0 +1,109 @@
+# Instructions per request, deterministic (no hardware counters needed): each idemgate binary runs
+# under valgrind --tool=callgrind behind the bench's nginx origin; per scenario the counters are
+# zeroed (callgrind_control -z), N requests are sent on one keep-alive connection, and the counters
+# dumped (callgrind_control -d). Instructions of all the gateway's threads (store included) / N.
+# Usage: python3 bench/http/instr_bench.py --bin A [--bin B ...] [--requests 2000]
+import argparse
+import glob
+import http.client
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import benchlib as B
+import http_bench as H
+
+
+def send(port, scenario, prefix, n):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    codes = {}
+    for i in range(n):
+        h = {"Content-Type": "application/json"}
+        if scenario != "passthrough":
+            h["Authorization"] = "Bearer sk_bench"
+        if scenario == "fresh":
+            h["Idempotency-Key"] = "%s-%d" % (prefix, i)
+        elif scenario == "replay":
+            h["Idempotency-Key"] = "replay-%d" % (i % 100)
+        c.request("POST", "/v1/payments", body=B.REQ_BODY, headers=h)
+        r = c.getresponse()
+        r.read()
+        codes[r.status] = codes.get(r.status, 0) + 1
+    c.close()
+    return codes
+
+
+def instructions(tmp, pid, label):
+    """Dumps callgrind's counters (since the last zeroing) and returns the total Ir."""
+    subprocess.run(["callgrind_control", "-d", label, str(pid)], check=True,
+                   capture_output=True, timeout=300)
+    newest = max(glob.glob(os.path.join(tmp, "cg.out.%d*" % pid)), key=os.path.getmtime)
+    with open(newest) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise RuntimeError("no totals in " + newest)
+
+
+def measure(args, procs, tmp, up_port, binary, idx):
+    port = B.free_ports(1)[0]
+    conf = B.render("idemgate.toml", os.path.join(tmp, "g%d.toml" % idx),
+                    {"PORT": port, "UPSTREAM_PORT": up_port, "WORKERS": 1, "SYNC": "true",
+                     "STORE": os.path.join(tmp, "store%d" % idx)})
+    out = os.path.join(tmp, "g%d.out" % idx)
+    p = procs.start(["valgrind", "--tool=callgrind",
+                     "--callgrind-out-file=" + os.path.join(tmp, "cg.out.%p"),
+                     binary, "--config", conf], out)
+    B.wait_line(out, "listening on", p, deadline_s=300)
+    assert send(port, "replay", "", 100) == {201: 100}  # completes replay-0..99
+    row = {}
+    for sc in args.scenarios.split(","):
+        send(port, sc, "warm-%s" % sc, 200)
+        subprocess.run(["callgrind_control", "-z", str(p.pid)], check=True, capture_output=True,
+                       timeout=300)
+        codes = send(port, sc, "m-%s" % sc, args.requests)
+        ir = instructions(tmp, p.pid, sc)
+        H.check(codes == {201: args.requests}, "%s %s: %s" % (binary, sc, codes))
+        row[sc] = ir / args.requests
+        H.log("%s %s: %.0f instructions/request" % (binary, sc, row[sc]))
+    procs.stop(p, deadline_s=60)
+    return row
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="instr_bench.py")
+    ap.add_argument("--bin", action="append", required=True, help="idemgate binary (repeat)")
+    ap.add_argument("--requests", type=int, default=2000, help="requests per scenario")
+    ap.add_argument("--scenarios", default="passthrough,fresh,replay")
+    args = ap.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="idemgate-instr-")
+    procs, hole = B.Procs(), B.black_hole()
+    try:
+        up_port, px_port = B.free_ports(2)
+        vals = {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp,
+                "UPSTREAM_PORT": up_port, "PROXY_PORT": px_port,
+                "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
+        up = H.start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
+        B.wait_port(up_port, up)
+        rows = [measure(args, procs, tmp, up_port, b, i) for i, b in enumerate(args.bin)]
+        scs = args.scenarios.split(",")
+        print("\n| binary | " + " | ".join("%s instr/req" % s for s in scs) + " |")
+        print("|---|" + "---:|" * len(scs))
+        for b, row in zip(args.bin, rows):
+            print("| %s | %s |" % (H.build_info(b), " | ".join("%.0f" % row[s] for s in scs)))
+        if len(rows) > 1:
+            print("| ratio last/first | %s |" % " | ".join(
+                "%.3f" % (rows[-1][s] / rows[0][s]) for s in scs))
+        print("\n%d requests per scenario after 200 warm-up, one keep-alive connection, store.sync"
+              " = true, valgrind --tool=callgrind (all threads)" % args.requests)
+        return 0
+    finally:
+        procs.stop_all()
+        hole.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
