@@ -128,9 +128,15 @@ class Server {
       return false;
     }
     if (!note.empty()) Log(LogLevel::kWarn, "store", note);
-    caching_store_ = std::make_unique<CachingStore>(store_.get(), &replay_cache_);
-    gateway_.store = caching_store_.get();
-    gateway_.replay_cache = &replay_cache_;
+    // The replay cache only over a store no other process writes: an admin delete on another
+    // instance could not evict it (a shared store's replays are read from the database).
+    if (store_->Shared()) {
+      gateway_.store = store_.get();
+    } else {
+      caching_store_ = std::make_unique<CachingStore>(store_.get(), &replay_cache_);
+      gateway_.store = caching_store_.get();
+      gateway_.replay_cache = &replay_cache_;
+    }
     gateway_.unsent = &unsent_;
     metrics_->SetUnsentBytesSource([unsent = &unsent_] { return unsent->bytes(); });
     gateway_.clock = &clock_;

@@ -131,6 +131,7 @@ class PgStore final : public Store, public pg::ConnListener {
   }
 
   uint64_t ApproximateRecords() override { return records_.load(); }
+  bool Shared() const override { return true; }
 
   void Close() override {
     {

@@ -130,6 +130,10 @@ class Store {
   // Approximate number of records stored (for metrics).
   virtual uint64_t ApproximateRecords() = 0;
 
+  // True when other processes change these records too (a shared database): a record this
+  // process read may be deleted elsewhere, so nothing of it may be cached here.
+  virtual bool Shared() const { return false; }
+
   // Stops the writer after everything queued is written. Further calls get kShutdown.
   virtual void Close() = 0;
 };

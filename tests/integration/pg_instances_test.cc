@@ -127,6 +127,9 @@ TEST_F(PgGatewaysTest, AdminApiAndReadinessFollowTheSharedDatabase) {
         {{"Authorization", "Bearer tok"}, {"X-Idemgate-Credential", "Bearer merchant-demo"}});
   };
   ASSERT_EQ(Post(0, "r-shared", "{}").status, 201);
+  // A replay through instance 0 first: had it cached the record, the delete made through
+  // instance 1 could not reach that cache.
+  ASSERT_EQ(Post(0, "r-shared", "{}").Header("Idempotent-Replayed"), "true");
   HttpResponse found = admin("GET", "/records?key=r-shared");
   EXPECT_EQ(found.status, 200) << found.raw;
   EXPECT_NE(found.body.find("\"state\":\"completed\""), std::string::npos) << found.body;
