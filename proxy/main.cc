@@ -96,7 +96,7 @@ class Server {
  public:
   Server(std::shared_ptr<const Config> config, std::string config_path, bool accept_new_signature)
       : config_path_(std::move(config_path)), accept_new_signature_(accept_new_signature) {
-    gateway_.config.store(config);
+    gateway_.SetConfig(config);
   }
 
   bool Open(std::string* error) {
@@ -257,7 +257,7 @@ class Server {
       fprintf(stderr, "idemgate: reload: %s changed; it takes effect after a restart\n",
               key.c_str());
     }
-    gateway_.config.store(plan.config);
+    gateway_.SetConfig(plan.config);
     fprintf(stderr, "idemgate: config reloaded from %s\n", config_path_.c_str());
   }
 
