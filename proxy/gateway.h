@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "conf/config.h"
 #include "store/clock.h"
@@ -18,8 +19,6 @@ class ReplayCache;
 class UnsentBudget;
 
 struct Gateway {
-  // Swapped whole on reload; an exchange keeps the snapshot it started with.
-  std::atomic<std::shared_ptr<const Config>> config;
   Store* store = nullptr;
   const Clock* clock = nullptr;
   AccessLog* access_log = nullptr;  // may be null (off)
@@ -34,7 +33,22 @@ struct Gateway {
   // Client connections open in every worker (limits.max_connections).
   std::atomic<int64_t> open_connections{0};
 
-  std::shared_ptr<const Config> Snapshot() const { return config.load(); }
+  // The current config, swapped whole on reload; an exchange keeps the snapshot it started with.
+  std::shared_ptr<const Config> Snapshot() const {
+    std::lock_guard<std::mutex> lock(config_mu_);
+    return config_;
+  }
+  void SetConfig(std::shared_ptr<const Config> config) {
+    std::lock_guard<std::mutex> lock(config_mu_);
+    config_.swap(config);
+  }  // the old config (now in `config`) is released after the lock, by its last holder
+
+ private:
+  // Not std::atomic<std::shared_ptr>: libstdc++ 12's load() reads the pointer under its lock bit
+  // and then unlocks with memory_order_relaxed, so a reload's store races with a worker's load
+  // (a formal data race, reported by TSan). A mutex held for one pointer copy is as cheap here.
+  mutable std::mutex config_mu_;
+  std::shared_ptr<const Config> config_;
 };
 
 }  // namespace idemgate

@@ -99,7 +99,7 @@ class Server {
  public:
   Server(std::shared_ptr<const Config> config, std::string config_path, bool accept_new_signature)
       : config_path_(std::move(config_path)), accept_new_signature_(accept_new_signature) {
-    gateway_.config.store(config);
+    gateway_.SetConfig(config);
   }
 
   bool Open(std::string* error) {
@@ -279,7 +279,7 @@ class Server {
     for (const std::string& key : plan.ignored) {
       LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
     }
-    gateway_.config.store(plan.config);
+    gateway_.SetConfig(plan.config);
     reload_stats_.ReloadSucceeded(config_path_);
     LogF(LogLevel::kInfo, "reload", "config reloaded from %s", config_path_.c_str());
   }

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "conf/config_keys.h"
+#include "proxy/gateway.h"
 
 namespace idemgate {
 namespace {
@@ -106,6 +111,42 @@ TEST(Reload, EveryKeyFollowsItsTableRow) {
       EXPECT_TRUE(conf::SameValue(key.field, *plan.config, next)) << key.Qualified();
     }
   }
+}
+
+// SIGHUP swaps the config on the main thread while the workers take snapshots: each snapshot is
+// a whole config, never an older one than a snapshot taken before it, and (under
+// scripts/test --tsan) the swap is no data race, which libstdc++ 12's
+// std::atomic<std::shared_ptr>::load was (it unlocks with a relaxed store after reading).
+TEST(Reload, WorkersSnapshotWhileAReloadSwapsTheConfig) {
+  constexpr uint64_t kReloads = 2000;
+  Gateway gateway;
+  auto first = std::make_shared<Config>();
+  first->limits.max_request_body = 1;
+  gateway.SetConfig(std::move(first));
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.emplace_back([&] {
+      uint64_t seen = 1;
+      while (!done.load()) {
+        uint64_t value = gateway.Snapshot()->limits.max_request_body;
+        if (value < seen || value > kReloads) wrong.fetch_add(1);
+        seen = value;
+        std::this_thread::yield();
+      }
+    });
+  }
+  for (uint64_t n = 2; n <= kReloads; ++n) {
+    auto next = std::make_shared<Config>();
+    next->limits.max_request_body = n;
+    gateway.SetConfig(std::move(next));
+    std::this_thread::yield();
+  }
+  done.store(true);
+  for (std::thread& worker : workers) worker.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(gateway.Snapshot()->limits.max_request_body, kReloads);
 }
 
 }  // namespace
