@@ -21,13 +21,23 @@ def make_gateway(kind, opts, workdir, upstream_port, store_dir):
                     wipe_on_kill=(kind == "planted-wiped-store"))
 
 
-def replay_all(rec, port, seed):
-    rng = random.Random(seed)
-    out = {}
-    for key in list(rec.finals):
-        ans = call(rec, port, key, rec.body[key], None, rng, give_up_s=15)
-        if ans is not None:
-            out[key] = ans
+def replay_all(rec, port, seed, threads=8):
+    """Replays every key that got a final answer (its first body), from `threads` clients."""
+    keys, out, lock = list(rec.finals), {}, threading.Lock()
+
+    def worker(i):
+        rng = random.Random(seed * 7 + i)
+        for key in keys[i::threads]:
+            ans = call(rec, port, key, rec.body[key], None, rng, give_up_s=15)
+            if ans is not None:
+                with lock:
+                    out[key] = ans
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
     return out
 
 
@@ -126,7 +136,7 @@ def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations
     by_inv = {}
     for inv, ev in violations:
         by_inv.setdefault(inv, []).append(ev)
-    for inv in checks.INVARIANTS:
+    for inv in checks.INVARIANTS + ["harness"]:
         if inv in by_inv:
             lines.append(f"  VIOLATION {inv}: {len(by_inv[inv])}, e.g.")
             lines += [f"    {e}" for e in by_inv[inv][:3]]

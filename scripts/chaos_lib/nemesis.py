@@ -21,21 +21,21 @@ class DiskFull:
         self.filler = os.path.join(store_dir, "chaos-filler")
 
     def fill(self):
-        with open(self.filler, "wb") as f:
-            chunk = b"\0" * (1 << 20)
-            try:
-                while True:
-                    f.write(chunk)
-                    f.flush()
-            except OSError:
-                pass
-            chunk = b"\0" * 4096
-            try:
-                while True:
-                    f.write(chunk)
-                    f.flush()
-            except OSError:
-                pass
+        """Writes a filler file until the tmpfs is full (ENOSPC)."""
+        try:
+            fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:
+            return
+        try:
+            for size in (1 << 20, 4096, 1):
+                chunk = b"\0" * size
+                try:
+                    while os.write(fd, chunk) > 0:
+                        pass
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
 
     def empty(self):
         try:
@@ -68,7 +68,11 @@ class Nemesis:
         acts = self.actions()
         while not stop.wait(self.rng.uniform(1.0, 4.0)):
             self.check_alive()
-            self.rng.choice(acts)()
+            act = self.rng.choice(acts)
+            try:
+                act()
+            except Exception as e:  # a harness error is reported, never a silent stop
+                self.violations.append(("harness", f"nemesis {act.__name__}: {e!r}"))
         self.check_alive()
 
     def bump(self, name, n=1):
@@ -80,8 +84,8 @@ class Nemesis:
             if took is not None:
                 self.stats.setdefault("recovery_s", []).append(took)
                 return
-            self.violations.append(("comes back", f"gateway not answering {self.comeback_s}s "
-                                    f"after a restart ({why}); see gateway.log"))
+            self.violations.append(("comes back", f"gateway not answering within {self.comeback_s} s "
+                                    f"of a restart ({why}); see gateway.log"))
             self.gw.kill()
 
     def check_alive(self):

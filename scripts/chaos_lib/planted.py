@@ -13,6 +13,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        pass  # a client (the gateway) that went away mid-request
+
 
 def run(port, upstream_port, start_no):
     if start_no == 3:

@@ -27,6 +27,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        pass  # a client (the gateway) that went away mid-request
+
 
 def make_handler(log, rng, rng_lock, slow_s):
     class Handler(http.server.BaseHTTPRequestHandler):
