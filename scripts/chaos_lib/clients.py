@@ -21,6 +21,7 @@ class Record:
         self.hits = {}         # key -> set of nemesis actions that hit it in flight
         self.recent = []       # keys other clients may send concurrently
         self.gave_up = set()
+        self.done = []         # keys with a final answer
         self.requests = 0
         self.statuses = {}
 
@@ -113,9 +114,11 @@ def client_loop(rec, port, cid, seed, stop):
                 rec.gave_up.add(key)
                 continue
             rec.finals.setdefault(key, []).append(ans)
-        if rng.random() < 0.05:  # the same key with a different body: must be 422
+            rec.done.append(key)
+            old = rng.choice(rec.done)
+        if rng.random() < 0.05:  # a finished key (maybe long ago) with a different body: 422
             other = json.dumps({"amount": -1, "client": cid, "n": n, "changed": True})
-            ans2 = call(rec, port, key, other, stop, rng)
+            ans2 = call(rec, port, old, other, stop, rng)
             if ans2 is not None:
                 with rec.lock:
-                    rec.diff.append((key, ans2))
+                    rec.diff.append((old, ans2))

@@ -66,9 +66,11 @@ class Nemesis:
 
     def run(self, stop):
         acts = self.actions()
+        first = True
         while not stop.wait(self.rng.uniform(1.0, 4.0)):
             self.check_alive()
-            act = self.rng.choice(acts)
+            act = self.kill if first else self.rng.choice(acts)
+            first = False
             try:
                 act()
             except Exception as e:  # a harness error is reported, never a silent stop
