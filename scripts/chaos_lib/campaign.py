@@ -133,6 +133,8 @@ def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations
     rows.append(("violations", len(violations)))
     w = max(len(r[0]) for r in rows)
     lines = [f"  {name:<{w}}  {val}" for name, val in rows]
+    for key, why in list(rec.gave_up_why.items())[:5]:
+        lines.append(f"  gave up on {key}: {why}")
     by_inv = {}
     for inv, ev in violations:
         by_inv.setdefault(inv, []).append(ev)

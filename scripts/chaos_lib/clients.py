@@ -21,6 +21,7 @@ class Record:
         self.hits = {}         # key -> set of nemesis actions that hit it in flight
         self.recent = []       # keys other clients may send concurrently
         self.gave_up = set()
+        self.gave_up_why = {}  # key -> the last answer before giving up
         self.done = []         # keys with a final answer
         self.requests = 0
         self.statuses = {}
@@ -85,6 +86,8 @@ def call(rec, port, key, body, stop, rng, give_up_s=40.0):
         if status != "conn" and not retryable(status, data):
             return (status, headers, data)
         if time.monotonic() - t0 > give_up_s:
+            with rec.lock:
+                rec.gave_up_why[key] = f"last answer {status} {(b'' if status == 'conn' else data)[:90]!r}"
             return None
         time.sleep(delay * (0.5 + rng.random()))
         delay = min(delay * 2, 1.0)
