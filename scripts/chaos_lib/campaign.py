@@ -1,5 +1,6 @@
 """One campaign: upstream, gateway, clients and nemesis for N minutes, then a clean restart, a
 replay of every key that got a final answer, the checks and the summary table."""
+import json
 import os
 import random
 import shutil
@@ -41,6 +42,43 @@ def replay_all(rec, port, seed, threads=8):
     return out
 
 
+def drive(gw, rec, rng, stats, disk_full, violations, n_clients, seed, minutes):
+    """Clients and the nemesis for `minutes`; then faults off and every client's call settled."""
+    nemesis = Nemesis(gw, rec, rng, stats, disk_full, violations)
+    stop_clients, stop_nemesis = threading.Event(), threading.Event()
+    clients = [threading.Thread(target=client_loop, args=(rec, gw.port, i, seed, stop_clients),
+                                daemon=True) for i in range(n_clients)]
+    for t in clients:
+        t.start()
+    nt = threading.Thread(target=nemesis.run, args=(stop_nemesis,), daemon=True)
+    nt.start()
+    time.sleep(minutes * 60)
+    stop_nemesis.set()
+    nt.join()
+    if isinstance(gw, Idemgate):
+        gw.faults.set(sync_fail=0, sync_stall_ms=0, clock_offset_s=0)
+    stop_clients.set()
+    for t in clients:
+        t.join(90)
+
+
+def dump(workdir, rec, execs, replays):
+    """Every answer and every upstream execution, as JSON lines, for the evidence."""
+    def ans(a):
+        return {"status": a[0], "headers": a[1], "body": a[2].decode(errors="replace")}
+
+    with open(os.path.join(workdir, "answers.jsonl"), "w") as f:
+        for key, answers in rec.finals.items():
+            f.write(json.dumps({"key": key, "body": rec.body[key], "finals": [ans(a) for a in answers],
+                                "replay": ans(replays[key]) if key in replays else None,
+                                "hit_by": sorted(rec.hits.get(key, ()))}) + "\n")
+        for key, a in rec.diff:
+            f.write(json.dumps({"key": key, "different_body": True, "answer": ans(a)}) + "\n")
+    with open(os.path.join(workdir, "executions.jsonl"), "w") as f:
+        for key, eid, body, t in execs:
+            f.write(json.dumps({"key": key, "exec": eid, "body": body, "t": t}) + "\n")
+
+
 def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     seed = opts.seed if seed is None else seed
     minutes = opts.minutes if minutes is None else minutes
@@ -55,29 +93,14 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
         if not disk_full.ok:
             print(f"note: disk-full fault skipped (cannot mount a tmpfs: {disk_full.why})")
     gw = make_gateway(kind, opts, workdir, upstream.port, store_dir)
-    rec, stats, violations = Record(), {}, []
+    rec, stats, violations, replays = Record(), {}, [], {}
     t_start = time.monotonic()
     try:
         took = gw.start(30)
         if took is None:
             raise SystemExit(f"the gateway did not start; see {workdir}/gateway.log")
         stats["recovery_s"] = []
-        nemesis = Nemesis(gw, rec, rng, stats, disk_full, violations)
-        stop_clients, stop_nemesis = threading.Event(), threading.Event()
-        clients = [threading.Thread(target=client_loop, args=(rec, gw.port, i, seed, stop_clients),
-                                    daemon=True) for i in range(opts.clients)]
-        for t in clients:
-            t.start()
-        nt = threading.Thread(target=nemesis.run, args=(stop_nemesis,), daemon=True)
-        nt.start()
-        time.sleep(minutes * 60)
-        stop_nemesis.set()
-        nt.join()
-        if isinstance(gw, Idemgate):
-            gw.faults.set(sync_fail=0, sync_stall_ms=0, clock_offset_s=0)
-        stop_clients.set()
-        for t in clients:
-            t.join(90)
+        drive(gw, rec, rng, stats, disk_full, violations, opts.clients, seed, minutes)
         # The clean restart: SIGTERM, start on the same store, replay every key with an answer.
         gw.stop()
         took = gw.start(30)
@@ -100,7 +123,8 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     if not violations and not opts.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
-        print(f"(records and gateway.log kept in {workdir})")
+        dump(workdir, rec, upstream.log.snapshot(), replays)
+        print(f"(answers.jsonl, executions.jsonl and gateway.log kept in {workdir})")
     return violations, stats
 
 
