@@ -158,7 +158,8 @@ def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations
     w = max(len(r[0]) for r in rows)
     lines = [f"  {name:<{w}}  {val}" for name, val in rows]
     for key, why in list(rec.gave_up_why.items())[:5]:
-        lines.append(f"  gave up on {key}: {why}")
+        hit = sorted(rec.hits.get(key, ())) or "no fault"
+        lines.append(f"  gave up on {key} (in flight at: {hit}): {why}")
     by_inv = {}
     for inv, ev in violations:
         by_inv.setdefault(inv, []).append(ev)
