@@ -1,0 +1,127 @@
+"""Concurrent clients that retry like real SDKs, and the record of everything they saw."""
+import http.client
+import json
+import random
+import threading
+import time
+
+AUTH = "Bearer chaos-merchant"
+PATH = "/v1/payments"
+
+
+class Record:
+    """Every request and answer; which keys are in flight (for the nemesis's marks)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.inflight = {}     # key -> outstanding requests
+        self.body = {}         # key -> the body it was first sent with
+        self.finals = {}       # key -> [answer] (same body)
+        self.diff = []         # (key, answer) for deliberately different bodies
+        self.hits = {}         # key -> set of nemesis actions that hit it in flight
+        self.recent = []       # keys other clients may send concurrently
+        self.gave_up = set()
+        self.gave_up_why = {}  # key -> the last answer before giving up
+        self.done = []         # keys with a final answer
+        self.requests = 0
+        self.statuses = {}
+
+    def begin(self, key):
+        with self.lock:
+            self.inflight[key] = self.inflight.get(key, 0) + 1
+            self.requests += 1
+
+    def end(self, key, status):
+        with self.lock:
+            self.inflight[key] -= 1
+            if self.inflight[key] == 0:
+                del self.inflight[key]
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def mark_inflight(self, reason):
+        with self.lock:
+            for key in self.inflight:
+                self.hits.setdefault(key, set()).add(reason)
+            return len(self.inflight)
+
+
+def send(port, key, body, timeout):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("POST", PATH, body=body, headers={
+            "Authorization": AUTH, "Idempotency-Key": key, "Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, r.getheaders(), r.read()
+    finally:
+        c.close()
+
+
+def error_code(body):
+    try:
+        return json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return None
+
+
+def retryable(status, body):
+    if status == 409:
+        return error_code(body) == "idempotency_key_in_use"
+    if status == 503:
+        return True
+    return status == 502 and error_code(body) == "upstream_unavailable"
+
+
+def call(rec, port, key, body, stop, rng, give_up_s=40.0):
+    """One SDK call: retries with backoff; returns the final answer or None (gave up)."""
+    t0, delay = time.monotonic(), 0.05
+    while True:
+        rec.begin(key)
+        status = "conn"
+        try:
+            status, headers, data = send(port, key, body, timeout=10)
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            rec.end(key, status)
+        if status != "conn" and not retryable(status, data):
+            return (status, headers, data)
+        if time.monotonic() - t0 > give_up_s:
+            with rec.lock:
+                rec.gave_up_why[key] = f"last answer {status} {(b'' if status == 'conn' else data)[:90]!r}"
+            return None
+        time.sleep(delay * (0.5 + rng.random()))
+        delay = min(delay * 2, 1.0)
+
+
+def client_loop(rec, port, cid, seed, stop):
+    rng = random.Random(seed * 1000 + cid)
+    n = 0
+    while not stop.is_set():
+        with rec.lock:
+            recent = list(rec.recent[-20:])
+        if recent and rng.random() < 0.15:
+            key = rng.choice(recent)  # the same call from a second client, maybe concurrently
+            with rec.lock:
+                body = rec.body[key]
+        else:
+            n += 1
+            key = f"k{seed}-{cid}-{n}"
+            body = json.dumps({"amount": rng.randint(1, 10**6), "client": cid, "n": n})
+            with rec.lock:
+                rec.body[key] = body
+                rec.recent.append(key)
+                del rec.recent[:-200]
+        ans = call(rec, port, key, body, stop, rng)
+        with rec.lock:
+            if ans is None:
+                rec.gave_up.add(key)
+                continue
+            rec.finals.setdefault(key, []).append(ans)
+            rec.done.append(key)
+            old = rng.choice(rec.done)
+        if rng.random() < 0.05:  # a finished key (maybe long ago) with a different body: 422
+            other = json.dumps({"amount": -1, "client": cid, "n": n, "changed": True})
+            ans2 = call(rec, port, old, other, stop, rng)
+            if ans2 is not None:
+                with rec.lock:
+                    rec.diff.append((old, ans2))

@@ -1,0 +1,161 @@
+"""The nemesis: at random moments kills and restarts the gateway on the same store, pauses it
+shorter and longer than the lease, fails and stalls the store's disk, steps the wall clock, and
+fills the disk. It marks the keys in flight when a fault hits them."""
+import os
+import random
+import subprocess
+import time
+
+from .gateway import LEASE_S, Idemgate
+
+
+class DiskFull:
+    """A small tmpfs under the store, filled and emptied on demand (needs root to mount)."""
+
+    def __init__(self, store_dir, size_mb=64):
+        self.store_dir = store_dir
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", store_dir],
+                           capture_output=True, text=True)
+        self.ok = r.returncode == 0
+        self.why = r.stderr.strip()
+        self.filler = os.path.join(store_dir, "chaos-filler")
+
+    def fill(self):
+        """Writes a filler file until the tmpfs is full (ENOSPC)."""
+        try:
+            fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:
+            return
+        try:
+            for size in (1 << 20, 4096, 1):
+                chunk = b"\0" * size
+                try:
+                    while os.write(fd, chunk) > 0:
+                        pass
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+
+    def empty(self):
+        try:
+            os.unlink(self.filler)
+        except OSError:
+            pass
+
+    def unmount(self):
+        if self.ok:
+            subprocess.run(["umount", "-l", self.store_dir], capture_output=True)
+
+
+class Nemesis:
+    def __init__(self, gw, rec, rng, stats, disk_full, violations, comeback_s=30):
+        self.gw, self.rec, self.rng, self.stats = gw, rec, rng, stats
+        self.disk_full = disk_full
+        self.violations = violations
+        self.comeback_s = comeback_s
+        self.clock_offset = 0
+
+    def actions(self):
+        acts = [self.kill, self.kill, self.short_pause, self.long_pause]
+        if isinstance(self.gw, Idemgate) and self.gw.shim:
+            acts += [self.disk_fail, self.disk_stall, self.disk_stall_long, self.clock_step]
+        if self.disk_full is not None and self.disk_full.ok:
+            acts.append(self.fill_disk)
+        return acts
+
+    def run(self, stop):
+        acts = self.actions()
+        first = True
+        while not stop.wait(self.rng.uniform(1.0, 4.0)):
+            self.check_alive()
+            act = self.kill if first else self.rng.choice(acts)
+            first = False
+            try:
+                act()
+            except Exception as e:  # a harness error is reported, never a silent stop
+                self.violations.append(("harness", f"nemesis {act.__name__}: {e!r}"))
+        self.check_alive()
+
+    def bump(self, name, n=1):
+        self.stats[name] = self.stats.get(name, 0) + n
+
+    def restart(self, why):
+        for _ in range(3):
+            took = self.gw.start(self.comeback_s)
+            if took is not None:
+                self.stats.setdefault("recovery_s", []).append(took)
+                return
+            self.violations.append(("comes back", f"gateway not answering within {self.comeback_s} s "
+                                    f"of a restart ({why}); see gateway.log"))
+            self.gw.kill()
+
+    def check_alive(self):
+        if self.gw.died_on_its_own():
+            self.bump("unexpected exits")
+            self.rec.mark_inflight("crash")
+            self.violations.append(("comes back", f"gateway exited on its own "
+                                    f"(status {self.gw.proc.returncode}); see gateway.log"))
+            self.gw.expected_exit = True
+            self.restart("after its own exit")
+
+    def kill(self):
+        self.rec.mark_inflight("kill")
+        self.gw.kill()
+        self.bump("kills")
+        self.restart("SIGKILL")
+
+    def _pause(self, seconds, reason):
+        self.rec.mark_inflight(reason) if reason else None
+        self.gw.pause()
+        time.sleep(seconds)
+        if reason:
+            self.rec.mark_inflight(reason)
+        self.gw.resume()
+
+    def short_pause(self):
+        self.bump("pauses < lease")
+        self._pause(self.rng.uniform(0.2, LEASE_S / 2), None)
+
+    def long_pause(self):
+        self.bump("pauses > lease")
+        self._pause(LEASE_S + self.rng.uniform(0.5, 2.0), "pause>lease")
+
+    def _window(self, reason, seconds, **faults):
+        self.rec.mark_inflight(reason)
+        self.gw.faults.set(**faults)
+        time.sleep(seconds)
+        self.rec.mark_inflight(reason)
+        self.gw.faults.set(sync_fail=0, sync_stall_ms=0, sync_stall_count=-1)
+        time.sleep(0.3)
+        self.rec.mark_inflight(reason)
+
+    def disk_fail(self):
+        self.bump("disk faults")
+        self._window("disk fault", self.rng.uniform(0.2, 1.5), sync_fail=self.rng.choice([1, 3, -1]))
+
+    def disk_stall(self):
+        self.bump("disk stalls < lease")
+        self._window("disk stall", 1.0, sync_stall_ms=self.rng.randint(100, 800),
+                     sync_stall_count=self.rng.randint(1, 5))
+
+    def disk_stall_long(self):
+        self.bump("disk stalls > lease")
+        self._window("disk stall", LEASE_S + 1.0, sync_stall_ms=(LEASE_S + 1) * 1000,
+                     sync_stall_count=1)
+
+    def clock_step(self):
+        self.bump("clock steps")
+        self.rec.mark_inflight("clock step")  # not an excuse for a second execution
+        self.clock_offset = self.rng.choice([-1, 1]) * self.rng.randint(5, 900)
+        self.gw.faults.set(clock_offset_s=self.clock_offset)
+
+    def fill_disk(self):
+        self.bump("disk full")
+        self.rec.mark_inflight("disk full")
+        self.disk_full.fill()
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        self.rec.mark_inflight("disk full")
+        self.disk_full.empty()
+        time.sleep(0.3)
+        self.rec.mark_inflight("disk full")

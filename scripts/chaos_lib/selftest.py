@@ -1,0 +1,37 @@
+"""--self-test: the same campaign against planted faulty gateways; every invariant must catch
+at least one of them, and each planted gateway must be caught. Exit 1 if a fault is missed."""
+from . import campaign, checks
+
+PLANTED = {
+    # no idempotency at all, 3% invented answers, does not come back on its third start
+    "planted-proxy": checks.INVARIANTS,
+    # the real idemgate, its store wiped at each kill: completed keys execute again
+    "planted-wiped-store": ["one final answer", "at most one execution",
+                            "422 only for different bodies"],
+}
+
+
+def run(opts):
+    minutes = min(opts.minutes, 0.5)
+    caught = {}
+    failed = False
+    for kind, expected in PLANTED.items():
+        print(f"== self-test: {kind} ({minutes:g} min, seed {opts.seed})", flush=True)
+        violations, _ = campaign.run(opts, kind=kind, minutes=minutes, quiet=True)
+        got = {inv for inv, _ in violations}
+        caught[kind] = got
+        missed = [inv for inv in expected if inv not in got]
+        if missed:
+            failed = True
+            print(f"   NOT CAUGHT by: {', '.join(missed)}")
+    w = max(len(i) for i in checks.INVARIANTS)
+    print(f"\n  {'invariant':<{w}}  " + "  ".join(PLANTED))
+    for inv in checks.INVARIANTS:
+        cells = []
+        for kind in PLANTED:
+            mark = "caught" if inv in caught[kind] else ("MISSED" if inv in PLANTED[kind] else "-")
+            cells.append(f"{mark:<{len(kind)}}")
+        print(f"  {inv:<{w}}  " + "  ".join(cells))
+    print("self-test: " + ("a planted fault was NOT caught" if failed else
+                          "every planted fault caught"))
+    return 1 if failed else 0
