@@ -65,6 +65,16 @@ class PgFailoverTest : public PgGatewaysTest {
     load_.clear();
   }
 
+  bool StandbyBackAfterReset(int standby, pid_t killed) {
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    std::string out, error;
+    while (kill(killed, 0) == 0 || !pg_.Exec(standby, "SELECT 1", &out, &error)) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+
   FailoverReport Run(bool synchronous, bool freeze_receiver) {
     FailoverReport report;
     std::string error;
@@ -83,7 +93,13 @@ class PgFailoverTest : public PgGatewaysTest {
     }
     EXPECT_TRUE(pg_.Kill9(0));
     // What the frozen receiver had not read dies with it.
-    if (freeze_receiver) kill(receiver, SIGKILL);
+    if (freeze_receiver) {
+      kill(receiver, SIGKILL);
+      // A killed child makes the standby's postmaster reset all its processes; a promote sent
+      // during the reset is dropped (pg_ctl then waits 60 s in vain): wait until the postmaster
+      // has reaped the receiver and the standby accepts connections again.
+      EXPECT_TRUE(StandbyBackAfterReset(standby, receiver));
+    }
     size_t at_kill = AckedCount();
     EXPECT_TRUE(pg_.Promote(standby, &error)) << error;
     EXPECT_TRUE(WaitForAcks(at_kill + 100))
