@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <string>
 
 #include "tests/integration/pg_fixture.h"
 
@@ -155,10 +157,18 @@ TEST_F(PgGatewaysTest, AdminApiAndReadinessFollowTheSharedDatabase) {
   EXPECT_EQ(ready(), 200);
 }
 
+// ASAN_OPTIONS for a process with the shim preloaded: in an ASan build the shim links the ASan
+// runtime, which would abort the process for not coming first among the preloaded libraries.
+std::string PreloadAsanOptions() {
+  const char* asan = getenv("ASAN_OPTIONS");
+  std::string options = asan != nullptr && *asan != '\0' ? std::string(asan) + ":" : "";
+  return "ASAN_OPTIONS=" + options + "verify_asan_link_order=0";
+}
+
 // The environment that runs a gateway with its wall clock `seconds` off.
 std::vector<std::string> ClockShifted(int seconds) {
   return {std::string("LD_PRELOAD=") + CLOCK_SHIFT_LIB,
-          "IDEMGATE_CLOCK_SHIFT_S=" + std::to_string(seconds)};
+          "IDEMGATE_CLOCK_SHIFT_S=" + std::to_string(seconds), PreloadAsanOptions()};
 }
 
 // SPEC M2: leases are decided on the database's clock. An instance 10 minutes ahead does not
@@ -166,8 +176,8 @@ std::vector<std::string> ClockShifted(int seconds) {
 // behind takes over a dead instance's attempt once the lease ends (not 10 minutes later).
 TEST_F(PgGatewaysTest, InstancesWhoseClocksDisagreeStillAgreeOnLeases) {
   // The shim really moves a process's wall clock.
-  std::string cmd =
-      "LD_PRELOAD=" + std::string(CLOCK_SHIFT_LIB) + " IDEMGATE_CLOCK_SHIFT_S=600 date +%s";
+  std::string cmd = PreloadAsanOptions() + " LD_PRELOAD=" + std::string(CLOCK_SHIFT_LIB) +
+                    " IDEMGATE_CLOCK_SHIFT_S=600 date +%s";
   FILE* date = popen(cmd.c_str(), "r");
   ASSERT_NE(date, nullptr);
   long shifted = 0;
