@@ -124,6 +124,8 @@ Worker::~Worker() {
   dead_conns_.clear();
   dead_exchanges_.clear();
   accept_pause_ = Timer();  // frees its event while the loop still exists
+  grace_timer_ = Timer();
+  hard_stop_timer_ = Timer();
   listener_.reset();
   upstream_.reset();
   mailbox_ev_.reset();
