@@ -1,26 +1,11 @@
 // Through the real binary: --check-config, --version, --help, and refusing bad configurations.
 #include <gtest/gtest.h>
 
-#include "tests/support/gateway_process.h"
+#include "tests/integration/gateway_fixture.h"
 #include "tests/support/temp_dir.h"
 
 namespace idemgate::test {
 namespace {
-
-struct RunResult {
-  int code = -1;
-  std::string output;
-};
-
-RunResult RunGateway(const std::vector<std::string>& args) {
-  GatewayProcess process;
-  EXPECT_TRUE(process.Start(IDEMGATE_BIN, args)) << process.error();
-  std::optional<ExitStatus> status = process.Wait();
-  RunResult result;
-  if (status && status->exited()) result.code = status->code();
-  result.output = process.log();
-  return result;
-}
 
 TEST(Cli, VersionAndHelp) {
   RunResult version = RunGateway({"--version"});

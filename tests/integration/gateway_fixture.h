@@ -56,6 +56,21 @@ inline std::string WithoutReplayedHeader(std::string raw) {
   return raw;
 }
 
+// Runs the gateway binary with `args` to its exit (--version, --check-config, a refused start).
+struct RunResult {
+  int code = -1;  // -1: did not exit normally
+  std::string output;
+};
+inline RunResult RunGateway(const std::vector<std::string>& args) {
+  GatewayProcess process;
+  EXPECT_TRUE(process.Start(IDEMGATE_BIN, args)) << process.error();
+  std::optional<ExitStatus> status = process.Wait();
+  RunResult result;
+  if (status && status->exited()) result.code = status->code();
+  result.output = process.log();
+  return result;
+}
+
 class GatewayTest : public ::testing::Test {
  protected:
   void SetUp() override {

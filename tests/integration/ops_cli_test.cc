@@ -9,23 +9,8 @@
 namespace idemgate::test {
 namespace {
 
-struct RunResult {
-  int code = -1;
-  std::string output;
-};
-
-RunResult RunBinary(const std::vector<std::string>& args) {
-  GatewayProcess process;
-  EXPECT_TRUE(process.Start(IDEMGATE_BIN, args)) << process.error();
-  std::optional<ExitStatus> status = process.Wait();
-  RunResult result;
-  if (status && status->exited()) result.code = status->code();
-  result.output = process.log();
-  return result;
-}
-
 TEST(OpsCli, VersionNamesCommitAndLibraries) {
-  RunResult r = RunBinary({"--version"});
+  RunResult r = RunGateway({"--version"});
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(std::regex_search(
       r.output, std::regex(R"(^idemgate \d+\.\d+\.\d+ \(commit ([0-9a-f]{7,}|unknown)\)\n)")))
@@ -41,11 +26,11 @@ class PreflightTest : public GatewayTest {
  protected:
   RunResult Check() {
     std::string path = dir_.WriteFile("idemgate.toml", ConfigText());
-    return RunBinary({"--check-config", "--config", path});
+    return RunGateway({"--check-config", "--config", path});
   }
   RunResult Start() {
     std::string path = dir_.WriteFile("idemgate.toml", ConfigText());
-    return RunBinary({"--config", path});
+    return RunGateway({"--config", path});
   }
   static void ExpectNames(const RunResult& r, const std::string& key, const std::string& what) {
     EXPECT_NE(r.code, 0) << r.output;
