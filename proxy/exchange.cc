@@ -12,6 +12,7 @@
 #include "proxy/metrics.h"
 #include "proxy/replay_cache.h"
 #include "proxy/request_id.h"
+#include "proxy/routes.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -127,6 +128,13 @@ void Exchange::OnLoop(Fn fn) {
 
 void Exchange::Start() {
   request_id_ = AssignRequestId(&request_);  // forwarded with the request, and logged
+  config_ = SelectRoute(config_, request_);  // from here on, the route's policy
+  if (request_.body.size() > config_->limits.max_request_body) {  // a route's lower limit
+    outcome_ = Outcome::kRejected;
+    return RespondError(ErrorCode::kRequestTooLarge,
+                        "The body exceeds the limit of " +
+                            std::to_string(config_->limits.max_request_body) + " bytes.");
+  }
   guard_ = EvaluateGuard(*config_, request_);
   switch (guard_.kind) {
     case GuardKind::kPassthrough:
@@ -298,8 +306,21 @@ void Exchange::OnUpstream(UpstreamResult result) {
       response = MakeErrorResponse(ErrorCode::kUpstreamTimeout);
       break;
   }
+  if (guarded && result.error == UpstreamError::kNone && NotStored(response.status)) {
+    // The route says this status executed nothing (a rate limiter's 429): answered, the claim
+    // given back, so a retry executes again.
+    error_detail_ = "status " + std::to_string(response.status) + " is not stored (no_store_statuses)";
+    pending_ = std::move(response);
+    answer_pending_ = true;
+    return Release(ErrorCode::kUpstreamUnavailable);
+  }
   if (guarded) return CompleteWith(std::move(response));
   Respond(std::move(response), false);
+}
+
+bool Exchange::NotStored(int status) const {
+  const std::vector<int>& statuses = config_->idempotency.no_store_statuses;
+  return std::find(statuses.begin(), statuses.end(), status) != statuses.end();
 }
 
 // C5: with takeover off, the attempt that lost its lease is never re-run. This claim now owns the
@@ -380,6 +401,7 @@ void Exchange::OnReleased(const StoreStatus& status) {
                          request_id_.c_str());
     if (error_detail_.empty()) error_detail_ = status.message;
   }
+  if (answer_pending_) return Respond(std::move(pending_), false);
   RespondError(release_code_, release_detail_);
 }
 

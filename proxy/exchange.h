@@ -83,6 +83,8 @@ class Exchange {
            outcome_ == Outcome::kLostAttempt;
   }
   void OnUpstream(UpstreamResult result);
+  // The route's no_store_statuses lists it: answered, not stored.
+  bool NotStored(int status) const;
   void RefuseTakeover();
   void CompleteWith(StoredResponse response);
   void SendComplete();
@@ -120,6 +122,7 @@ class Exchange {
   GuardDecision guard_;
   ClaimToken token_;
   StoredResponse pending_;  // the result being made durable by Complete
+  bool answer_pending_ = false;  // pending_ is answered after a Release (no_store_statuses)
   ErrorCode release_code_ = ErrorCode::kUpstreamUnavailable;  // the answer after a Release
   std::string release_detail_;
   // Monotonic: before the lease ends, the upstream call and the retries of Complete stop here.

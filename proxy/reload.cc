@@ -3,6 +3,7 @@
 #include "proxy/reload.h"
 
 #include "conf/config_keys.h"
+#include "conf/config_routes.h"
 
 namespace idemgate {
 
@@ -21,6 +22,15 @@ ReloadPlan PlanReload(const Config& running, const Config& next_in) {
     if (conf::SameValue(derived.field, running, *next)) continue;
     if (!derived.label.empty()) ignored.emplace_back(derived.label);
     conf::CopyValue(derived.field, running, next.get());
+  }
+  // Routes: a change of what decides guarding and fingerprints (order, prefix, host, group,
+  // a route's methods or fingerprint_headers) keeps the running table whole until a restart;
+  // otherwise the new table applies, re-derived from the merged top level.
+  if (conf::RoutesShape(running) != conf::RoutesShape(*next)) {
+    ignored.emplace_back("routes (order, prefix, host, upstream, methods or fingerprint_headers)");
+    next->routes = running.routes;
+  } else {
+    conf::RebuildRoutes(next.get());
   }
   return ReloadPlan{std::move(next), std::move(ignored)};
 }

@@ -1,0 +1,24 @@
+// Route selection: which [[routes]] entry (conf/config_routes.h) a request runs under.
+#pragma once
+
+#include <memory>
+
+#include "conf/config.h"
+#include "proxy/http_message.h"
+
+namespace idemgate {
+
+// The first route whose host (when it names one) is the request's Host without its port and
+// whose prefix starts the request's path (under any reading, proxy/guard.h PathReadings): its
+// effective config. No route matches: `config` itself.
+std::shared_ptr<const Config> SelectRoute(const std::shared_ptr<const Config>& config,
+                                          const Request& request);
+
+// The largest max_request_body of the top level and every route: what the request parser
+// accepts before the route is known (Exchange::Start applies the route's own limit).
+uint64_t MaxRequestBody(const Config& config);
+
+// The matching route's index in config.routes, or -1.
+int MatchRoute(const Config& config, const Request& request);
+
+}  // namespace idemgate
