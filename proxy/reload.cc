@@ -22,6 +22,11 @@ ReloadPlan PlanReload(const Config& running, const Config& next_in) {
     if (!derived.label.empty()) ignored.emplace_back(derived.label);
     conf::CopyValue(derived.field, running, next.get());
   }
+  // Named groups are built into every worker at start-up: restart-only, whole.
+  if (running.upstream_groups != next->upstream_groups) {
+    ignored.emplace_back("upstreams (named upstream groups)");
+    next->upstream_groups = running.upstream_groups;
+  }
   return ReloadPlan{std::move(next), std::move(ignored)};
 }
 
