@@ -259,8 +259,9 @@ void Exchange::Forward() {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));
   }
-  std::string bytes =
-      SerializeUpstreamRequest(request_, client_ip_, proto_, UpstreamHost(config_->upstream));
+  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_,
+                                               UpstreamHost(config_->upstream),
+                                               config_->upstream.host);
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
                      [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }
