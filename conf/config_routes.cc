@@ -67,12 +67,14 @@ void ReadPrefixAndHost(const SectionReader& r, std::string name, Route* route) {
 
 void ReadGroup(const SectionReader& r, const Config& base, Route* route, Config* effective) {
   r.String("upstream", &route->upstream);
-  const Config::Upstream* group = FindUpstreamGroup(base, route->upstream);
+  if (route->upstream == "default") route->upstream.clear();
+  const Config::Upstream* group = base.FindUpstream(route->upstream);
   if (group == nullptr) {
     r.Fail("upstream", "no upstream group \"" + route->upstream + "\" (define it as [upstreams." +
                            route->upstream + "], or leave upstream out for [upstream])");
   }
   effective->upstream = *group;
+  effective->upstream_group = route->upstream;
 }
 
 // 4xx and 5xx only: a 1xx-3xx answer says the request was executed, so it must be stored (R1).
@@ -169,11 +171,6 @@ bool IsRouteKey(const KeySpec& key) {
   return std::find(names.begin(), names.end(), key.name) != names.end();
 }
 
-const Config::Upstream* FindUpstreamGroup(const Config& config, std::string_view name) {
-  if (name.empty()) return &config.upstream;
-  return nullptr;
-}
-
 void ReadRoutes(const Context& ctx, Config* config) {
   const toml::node* node = ctx.root->get("routes");
   if (node == nullptr) return;
@@ -196,8 +193,9 @@ void RebuildRoutes(Config* config) {
   base.routes.clear();
   for (Route& route : config->routes) {
     Config effective = base;
-    if (const Config::Upstream* group = FindUpstreamGroup(base, route.upstream)) {
+    if (const Config::Upstream* group = base.FindUpstream(route.upstream)) {
       effective.upstream = *group;
+      effective.upstream_group = route.upstream;
     }
     for (const std::string& name : route.overridden) {
       if (const KeySpec* key = FindKey(name)) CopyValue(key->field, *route.effective, &effective);

@@ -29,7 +29,4 @@ void RebuildRoutes(Config* config);
 // requests are guarded and how they are fingerprinted). Equal shapes: the new table applies live.
 std::string RoutesShape(const Config& config);
 
-// The upstream group a route names ("" = the [upstream] group); null when there is none.
-const Config::Upstream* FindUpstreamGroup(const Config& config, std::string_view name);
-
 }  // namespace idemgate::conf

@@ -263,12 +263,14 @@ void Exchange::Forward() {
   limits.response_timeout_ms = config_->upstream.response_timeout_ms;
   limits.max_response_body = config_->limits.max_response_body;
   limits.idle_timeout_ms = config_->upstream.idle_timeout_ms;
+  limits.group = config_->upstream_group;  // a route's group ("" = [upstream])
   if (guarded) {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));
   }
-  std::string bytes =
-      SerializeUpstreamRequest(request_, client_ip_, proto_, UpstreamHost(config_->upstream));
+  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_,
+                                               UpstreamHost(config_->upstream),
+                                               config_->upstream.host);
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
                      [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }

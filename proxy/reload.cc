@@ -23,6 +23,11 @@ ReloadPlan PlanReload(const Config& running, const Config& next_in) {
     if (!derived.label.empty()) ignored.emplace_back(derived.label);
     conf::CopyValue(derived.field, running, next.get());
   }
+  // Named groups are built into every worker at start-up: restart-only, whole.
+  if (running.upstream_groups != next->upstream_groups) {
+    ignored.emplace_back("upstreams (named upstream groups)");
+    next->upstream_groups = running.upstream_groups;
+  }
   // Routes: a change of what decides guarding and fingerprints (order, prefix, host, group,
   // a route's methods or fingerprint_headers) keeps the running table whole until a restart;
   // otherwise the new table applies, re-derived from the merged top level.

@@ -224,6 +224,7 @@ class UpstreamConn {
     UpstreamResult result;
     result.error = error;
     result.detail = std::move(detail);
+    if (error == UpstreamError::kUnavailable) result.unsent_request = std::move(request_);
     Finish(std::move(result), false);
   }
 
@@ -339,5 +340,21 @@ void UpstreamPool::AbortAll(const std::string& detail) {
 }
 
 void UpstreamPool::Reap() { dead_.clear(); }
+
+bool UpstreamPool::SameAddress(const sockaddr* addr, socklen_t len) const {
+  return len == addr_len_ && memcmp(addr, &addr_, len) == 0;
+}
+
+void UpstreamPool::SetAddress(const sockaddr* addr, socklen_t len) {
+  if (len > sizeof(addr_)) return;
+  memset(&addr_, 0, sizeof(addr_));
+  memcpy(&addr_, addr, len);
+  addr_len_ = len;
+  while (!idle_.empty()) {
+    dead_.push_back(std::move(idle_.back()));
+    idle_.pop_back();
+  }
+  event_active(reaper_.get(), 0, 0);
+}
 
 }  // namespace idemgate

@@ -31,6 +31,8 @@ struct UpstreamResult {
   UpstreamError error = UpstreamError::kNone;
   std::string detail;  // for logs
   Response response;   // when error == kNone
+  // kUnavailable: the request, never sent, handed back (a group retries it on another server).
+  std::string unsent_request;
 };
 
 using UpstreamCallback = std::function<void(UpstreamResult)>;
@@ -45,6 +47,8 @@ struct UpstreamLimits {
   // Neither timer runs past this: a guarded attempt must have its result stored while its lease
   // still holds (past it a retry may take the key over and execute it again).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // The upstream group the call goes to: "" (or "default") = [upstream], else [upstreams.NAME].
+  std::string group;
 };
 
 class UpstreamConn;
@@ -57,6 +61,10 @@ class UpstreamPool {
   UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* tls = nullptr);
   ~UpstreamPool();
   bool ok() const { return addr_len_ > 0; }
+  // A new address for the same server (its name re-resolved): new connections go there, idle
+  // ones are closed, calls in progress finish where they are.
+  void SetAddress(const sockaddr* addr, socklen_t len);
+  bool SameAddress(const sockaddr* addr, socklen_t len) const;
   const std::string& error() const { return error_; }
 
   // Sends `request` (already serialized) on an idle pooled connection or a new one. `done` is
