@@ -259,6 +259,51 @@ ttl = "1m"
   EXPECT_NE(r.output.find("routes[1].idempotency.ttl"), std::string::npos) << r.output;
 }
 
+// A route sends to a named group: its requests reach that group's server, the others the default.
+TEST_F(RoutesTest, RouteSendsToItsUpstreamGroup) {
+  FakeUpstream internal;
+  ASSERT_TRUE(internal.Start());
+  internal.SetBehavior(UpstreamBehavior::Respond(202, R"({"internal":true})"));
+  Set("upstreams.internal", "url", "\"http://127.0.0.1:" + std::to_string(internal.port()) + "\"");
+  StartWithRoutes(R"([[routes]]
+prefix = "/internal"
+upstream = "internal"
+)");
+  HttpResponse first = Send("POST", "/internal/jobs", "k1", "{}");
+  EXPECT_EQ(first.status, 202) << first.raw;
+  EXPECT_EQ(first.body, R"({"internal":true})");
+  EXPECT_EQ(Send("POST", "/internal/jobs", "k1", "{}").Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Send("GET", "/internal/status", "", "").status, 202);
+  EXPECT_EQ(Send("POST", "/v1/payments", "k2", "{}").status, 201);
+  EXPECT_EQ(internal.requests(), 2);
+  EXPECT_EQ(upstream_.requests(), 1);
+}
+
+// C4 per route uses the timeouts of the route's group.
+TEST_F(RoutesTest, CheckConfigRefusesARouteWhoseGroupOutlastsItsLease) {
+  Set("upstreams.reports", "url", "\"http://127.0.0.1:" + std::to_string(upstream_.port()) + "\"");
+  Set("upstreams.reports", "response_timeout", "\"60s\"");
+  const std::string path = dir_.WriteFile("group.toml", ConfigText() + R"(
+[[routes]]
+prefix = "/v1/reports"
+upstream = "reports"
+)");
+  RunResult r = RunGateway({"--check-config", "--config", path});
+  EXPECT_NE(r.code, 0);
+  for (const char* part : {"routes[1].idempotency.lease", "from idempotency.lease",
+                           "upstreams.reports.response_timeout", "= 65s"}) {
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << " in: " << r.output;
+  }
+  dir_.WriteFile("group.toml", ConfigText() + R"(
+[[routes]]
+prefix = "/v1/reports"
+upstream = "reports"
+idempotency = { lease = "2m" }
+)");
+  r = RunGateway({"--check-config", "--config", path});
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 TEST_F(RoutesTest, OldConfigFilesAreStillAccepted) {
   for (const char* file : {"/conf/idemgate.toml", "/conf/demo.toml"}) {
     RunResult r = RunGateway({"--check-config", "--config", std::string(SOURCE_DIR) + file});

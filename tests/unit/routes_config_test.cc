@@ -1,0 +1,103 @@
+// [[routes]] in the config: what each route's effective config holds, route selection, reload of
+// routes, and the routes' fingerprint headers in the settings signature.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "proxy/http_message.h"
+#include "proxy/reload.h"
+#include "proxy/routes.h"
+#include "proxy/store_signature.h"
+
+namespace idemgate {
+namespace {
+
+Config ParseOk(const std::string& text) {
+  ConfigResult r = ParseConfig(text, "routes.toml");
+  EXPECT_TRUE(r.ok()) << r.error;
+  return r.ok() ? *r.config : Config{};
+}
+
+Request Req(const std::string& target, const std::string& host = "") {
+  Request request;
+  request.method = "POST";
+  request.target = target;
+  if (!host.empty()) request.headers.push_back({"Host", host});
+  return request;
+}
+
+const char* kRoutes = R"(
+[idempotency]
+ttl = "2h"
+[[routes]]
+prefix = "/v1/refunds"
+host = "Api.Example.com"
+idempotency = { ttl = "7d", methods = ["POST", "PUT"] }
+[[routes]]
+prefix = "/v1/"
+no_store_statuses = [429]
+limits = { max_request_body = "4MiB" }
+)";
+
+TEST(RoutesConfig, EffectiveConfigIsTheTopLevelWithTheRoutesKeys) {
+  Config c = ParseOk(kRoutes);
+  ASSERT_EQ(c.routes.size(), 2u);
+  const Config& refunds = *c.routes[0].effective;
+  EXPECT_EQ(c.routes[0].host, "api.example.com");
+  EXPECT_EQ(refunds.idempotency.ttl_ms, 7 * 24 * 3'600'000LL);
+  EXPECT_EQ(refunds.idempotency.methods, (std::vector<std::string>{"POST", "PUT"}));
+  EXPECT_EQ(refunds.limits.max_request_body, 1u << 20);  // the top level's
+  EXPECT_TRUE(refunds.routes.empty());
+  const Config& v1 = *c.routes[1].effective;
+  EXPECT_EQ(v1.idempotency.ttl_ms, 2 * 3'600'000LL);  // inherited
+  EXPECT_EQ(v1.idempotency.no_store_statuses, std::vector<int>{429});
+  EXPECT_TRUE(c.idempotency.no_store_statuses.empty());
+  EXPECT_EQ(MaxRequestBody(c), 4u << 20);
+}
+
+TEST(RoutesConfig, FirstMatchWinsHostWithoutPort) {
+  Config c = ParseOk(kRoutes);
+  EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1", "api.example.com:443")), 0);
+  EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1", "other")), 1);
+  EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1")), 1);
+  EXPECT_EQ(MatchRoute(c, Req("/V1/./refunds", "API.EXAMPLE.COM")), 0);
+  EXPECT_EQ(MatchRoute(c, Req("/v2/x")), -1);
+  EXPECT_EQ(MatchRoute(c, Req("/v1")), -1);  // "/v1/" is a string prefix
+}
+
+TEST(RoutesConfig, ReloadAppliesLiveRouteKeysOnTheMergedTopLevel) {
+  Config running = ParseOk(kRoutes);
+  std::string text = kRoutes;
+  text.replace(text.find("ttl = \"2h\""), 10, "ttl = \"3h\"\nmethods = [\"PATCH\"]");
+  text.replace(text.find("[429]"), 5, "[429, 503]");
+  ReloadPlan plan = PlanReload(running, ParseOk(text));
+  EXPECT_EQ(plan.ignored, std::vector<std::string>{"idempotency.methods"});
+  const Config& v1 = *plan.config->routes[1].effective;
+  EXPECT_EQ(v1.idempotency.ttl_ms, 3 * 3'600'000LL);                  // live, inherited
+  EXPECT_EQ(v1.idempotency.no_store_statuses, (std::vector<int>{429, 503}));  // live
+  EXPECT_EQ(v1.idempotency.methods, (std::vector<std::string>{"POST", "PATCH"}));  // running
+}
+
+TEST(RoutesConfig, ReloadKeepsTheRunningTableWhenItsShapeChanges) {
+  Config running = ParseOk(kRoutes);
+  std::string text = kRoutes;
+  text.replace(text.find("\"POST\", \"PUT\""), 13, "\"PUT\"");
+  ReloadPlan plan = PlanReload(running, ParseOk(text));
+  ASSERT_EQ(plan.ignored.size(), 1u);
+  EXPECT_EQ(plan.ignored[0].rfind("routes (", 0), 0u);
+  EXPECT_EQ(plan.config->routes[0].effective->idempotency.methods,
+            (std::vector<std::string>{"POST", "PUT"}));
+}
+
+TEST(RoutesConfig, SignatureHoldsRoutesFingerprintHeadersOnlyWhenARouteHasOwn) {
+  const std::string plain = SettingsSignature(Config{});
+  EXPECT_EQ(SettingsSignature(ParseOk(kRoutes)), plain);  // old stores keep their signature
+  Config own = ParseOk("[[routes]]\nprefix = \"/a\"\n[[routes]]\nprefix = \"/b\"\n"
+                       "idempotency = { fingerprint_headers = [\"X-Account\"] }\n");
+  EXPECT_EQ(SignatureDifferences(plain, SettingsSignature(own)),
+            std::vector<std::string>{
+                "routes.fingerprint_headers (stored \"(absent)\", now \"/a: /b:x-account\")"});
+}
+
+}  // namespace
+}  // namespace idemgate
