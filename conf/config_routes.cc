@@ -47,8 +47,9 @@ void ReadPrefixAndHost(const SectionReader& r, std::string name, Route* route) {
     r.Fail("prefix", "is required: the path prefix the route matches, like \"/v1/payments\"");
   }
   if (route->prefix.empty() || route->prefix.front() != '/' || !IsVisibleAscii(route->prefix)) {
-    r.Fail("prefix", "\"" + route->prefix +
-                         "\" must be a path prefix starting with '/', visible ASCII without spaces");
+    r.Fail("prefix",
+           "\"" + route->prefix +
+               "\" must be a path prefix starting with '/', visible ASCII without spaces");
   }
   route->label = std::move(name) + " (prefix \"" + route->prefix + "\"";
   if (r.String("host", &route->host)) {
@@ -114,11 +115,11 @@ void CheckRouteLeaseAndTtl(const Context& ctx, const SectionReader& route,
             "), or a slow attempt could be taken over while it still runs"));
   }
   if (id.ttl_ms <= id.lease_ms) {
-    throw ConfigError(FormatError(
-        ctx.file, idem.Has("ttl") ? idem.Line("ttl") : line, idem.Qualified("ttl"),
-        "(" + FormatDurationMs(id.ttl_ms) + (idem.Has("ttl") ? "" : ", from idempotency.ttl") +
-            ") of " + rt.label + " must be longer than its lease (" +
-            FormatDurationMs(id.lease_ms) + ")"));
+    throw ConfigError(
+        FormatError(ctx.file, idem.Has("ttl") ? idem.Line("ttl") : line, idem.Qualified("ttl"),
+                    "(" + FormatDurationMs(id.ttl_ms) +
+                        (idem.Has("ttl") ? "" : ", from idempotency.ttl") + ") of " + rt.label +
+                        " must be longer than its lease (" + FormatDurationMs(id.lease_ms) + ")"));
   }
 }
 
@@ -150,8 +151,8 @@ Route ReadRoute(const Context& ctx, const toml::table& table, size_t index, cons
   std::vector<SectionReader> subs;
   subs.reserve(kSubTables.size());
   for (std::string_view section : kSubTables) {
-    SectionReader& sub = subs.emplace_back(r.Table(section), r.Qualified(section), ctx.file,
-                                           RouteKeysOf(section));
+    SectionReader& sub =
+        subs.emplace_back(r.Table(section), r.Qualified(section), ctx.file, RouteKeysOf(section));
     sub.RejectUnknownKeys();
     for (const KeySpec& key : ConfigKeys()) {
       if (key.section != section || !IsRouteKey(key) || !sub.Has(key.name)) continue;
@@ -176,8 +177,9 @@ void ReadRoutes(const Context& ctx, Config* config) {
   if (node == nullptr) return;
   const toml::array* array = node->as_array();
   if (array == nullptr || !array->is_array_of_tables()) {
-    throw ConfigError(FormatError(ctx.file, node->source().begin.line, "routes",
-                                  "expected [[routes]] tables, got " + std::string(TypeName(*node))));
+    throw ConfigError(
+        FormatError(ctx.file, node->source().begin.line, "routes",
+                    "expected [[routes]] tables, got " + std::string(TypeName(*node))));
   }
   Config base = *config;
   base.routes.clear();

@@ -129,11 +129,9 @@ void Exchange::OnLoop(Fn fn) {
 void Exchange::Start() {
   request_id_ = AssignRequestId(&request_);  // forwarded with the request, and logged
   config_ = SelectRoute(config_, request_);  // from here on, the route's policy
-  if (request_.body.size() > config_->limits.max_request_body) {  // a route's lower limit
+  if (request_.body.size() > config_->limits.max_request_body) {  // a route's own limit
     outcome_ = Outcome::kRejected;
-    return RespondError(ErrorCode::kRequestTooLarge,
-                        "The body exceeds the limit of " +
-                            std::to_string(config_->limits.max_request_body) + " bytes.");
+    return RespondError(ErrorCode::kRequestTooLarge, BodyLimitDetail(*config_));
   }
   guard_ = EvaluateGuard(*config_, request_);
   switch (guard_.kind) {
@@ -308,21 +306,14 @@ void Exchange::OnUpstream(UpstreamResult result) {
       response = MakeErrorResponse(ErrorCode::kUpstreamTimeout);
       break;
   }
-  if (guarded && result.error == UpstreamError::kNone && NotStored(response.status)) {
-    // The route says this status executed nothing (a rate limiter's 429): answered, the claim
-    // given back, so a retry executes again.
-    error_detail_ = "status " + std::to_string(response.status) + " is not stored (no_store_statuses)";
-    pending_ = std::move(response);
+  if (guarded && result.error == UpstreamError::kNone && NotStored(*config_, response.status)) {
+    error_detail_ = "not stored: the route's no_store_statuses lists this status";
+    pending_ = std::move(response);  // answered once the claim is given back: a retry executes
     answer_pending_ = true;
     return Release(ErrorCode::kUpstreamUnavailable);
   }
   if (guarded) return CompleteWith(std::move(response));
   Respond(std::move(response), false);
-}
-
-bool Exchange::NotStored(int status) const {
-  const std::vector<int>& statuses = config_->idempotency.no_store_statuses;
-  return std::find(statuses.begin(), statuses.end(), status) != statuses.end();
 }
 
 // C5: with takeover off, the attempt that lost its lease is never re-run. This claim now owns the

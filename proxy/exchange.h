@@ -83,8 +83,6 @@ class Exchange {
            outcome_ == Outcome::kLostAttempt;
   }
   void OnUpstream(UpstreamResult result);
-  // The route's no_store_statuses lists it: answered, not stored.
-  bool NotStored(int status) const;
   void RefuseTakeover();
   void CompleteWith(StoredResponse response);
   void SendComplete();
@@ -121,7 +119,7 @@ class Exchange {
   uint64_t cache_generation_ = 0;  // the replay cache's, read before the store was read
   GuardDecision guard_;
   ClaimToken token_;
-  StoredResponse pending_;  // the result being made durable by Complete
+  StoredResponse pending_;       // the result being made durable by Complete
   bool answer_pending_ = false;  // pending_ is answered after a Release (no_store_statuses)
   ErrorCode release_code_ = ErrorCode::kUpstreamUnavailable;  // the answer after a Release
   std::string release_detail_;

@@ -52,6 +52,16 @@ uint64_t MaxRequestBody(const Config& config) {
   return max;
 }
 
+std::string BodyLimitDetail(const Config& config) {
+  return "The body exceeds the limit of " + std::to_string(config.limits.max_request_body) +
+         " bytes.";
+}
+
+bool NotStored(const Config& config, int status) {
+  const std::vector<int>& statuses = config.idempotency.no_store_statuses;
+  return std::find(statuses.begin(), statuses.end(), status) != statuses.end();
+}
+
 std::shared_ptr<const Config> SelectRoute(const std::shared_ptr<const Config>& config,
                                           const Request& request) {
   const int index = MatchRoute(*config, request);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "conf/config.h"
 #include "proxy/http_message.h"
@@ -17,6 +18,12 @@ std::shared_ptr<const Config> SelectRoute(const std::shared_ptr<const Config>& c
 // The largest max_request_body of the top level and every route: what the request parser
 // accepts before the route is known (Exchange::Start applies the route's own limit).
 uint64_t MaxRequestBody(const Config& config);
+
+// The 413 detail for a body over the route's max_request_body.
+std::string BodyLimitDetail(const Config& config);
+
+// Whether the route's no_store_statuses lists `status`: answered, not stored.
+bool NotStored(const Config& config, int status);
 
 // The matching route's index in config.routes, or -1.
 int MatchRoute(const Config& config, const Request& request);

@@ -73,7 +73,7 @@ TEST(RoutesConfig, ReloadAppliesLiveRouteKeysOnTheMergedTopLevel) {
   ReloadPlan plan = PlanReload(running, ParseOk(text));
   EXPECT_EQ(plan.ignored, std::vector<std::string>{"idempotency.methods"});
   const Config& v1 = *plan.config->routes[1].effective;
-  EXPECT_EQ(v1.idempotency.ttl_ms, 3 * 3'600'000LL);                  // live, inherited
+  EXPECT_EQ(v1.idempotency.ttl_ms, 3 * 3'600'000LL);                          // live, inherited
   EXPECT_EQ(v1.idempotency.no_store_statuses, (std::vector<int>{429, 503}));  // live
   EXPECT_EQ(v1.idempotency.methods, (std::vector<std::string>{"POST", "PATCH"}));  // running
 }
@@ -92,8 +92,9 @@ TEST(RoutesConfig, ReloadKeepsTheRunningTableWhenItsShapeChanges) {
 TEST(RoutesConfig, SignatureHoldsRoutesFingerprintHeadersOnlyWhenARouteHasOwn) {
   const std::string plain = SettingsSignature(Config{});
   EXPECT_EQ(SettingsSignature(ParseOk(kRoutes)), plain);  // old stores keep their signature
-  Config own = ParseOk("[[routes]]\nprefix = \"/a\"\n[[routes]]\nprefix = \"/b\"\n"
-                       "idempotency = { fingerprint_headers = [\"X-Account\"] }\n");
+  Config own = ParseOk(
+      "[[routes]]\nprefix = \"/a\"\n[[routes]]\nprefix = \"/b\"\n"
+      "idempotency = { fingerprint_headers = [\"X-Account\"] }\n");
   EXPECT_EQ(SignatureDifferences(plain, SettingsSignature(own)),
             std::vector<std::string>{
                 "routes.fingerprint_headers (stored \"(absent)\", now \"/a: /b:x-account\")"});
