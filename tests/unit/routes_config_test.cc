@@ -100,5 +100,51 @@ TEST(RoutesConfig, SignatureHoldsRoutesFingerprintHeadersOnlyWhenARouteHasOwn) {
                 "routes.fingerprint_headers (stored \"(absent)\", now \"/a: /b:x-account\")"});
 }
 
+struct BadRoute {
+  const char* toml;
+  const char* message;  // a part of the error, which names the route's key
+};
+
+// Each refusal names the file, the line, the route's key, and what is wrong.
+TEST(RoutesConfig, BadRoutesAreRefusedNamingTheRouteKey) {
+  const BadRoute cases[] = {
+      {"[[routes]]\nhost = \"a\"\n", "routes.toml:1: key 'routes[1].prefix': is required"},
+      {"[[routes]]\nprefix = \"v1\"\n", "key 'routes[1].prefix': \"v1\" must be a path prefix"},
+      {"[[routes]]\nprefix = \"/v1\"\n[[routes]]\nprefix = \"/V1/pay\"\n",
+       "routes.toml:4: key 'routes[2].prefix': routes[2] (prefix \"/V1/pay\") never matches: "
+       "routes[1] (prefix \"/v1\") comes first"},
+      {"[[routes]]\nprefix = \"/v1\"\nhost = \"a:80\"\n", "key 'routes[1].host': \"a:80\""},
+      {"[[routes]]\nprefix = \"/v1\"\nupstream = \"nope\"\n",
+       "key 'routes[1].upstream': no upstream group \"nope\""},
+      {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = [200]\n",
+       "key 'routes[1].no_store_statuses': 200 is not a 4xx or 5xx status"},
+      {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = [429, 429]\n",
+       "429 is listed more than once"},
+      {"[[routes]]\nprefix = \"/v1\"\nidempotency = { header = \"X\" }\n",
+       "key 'routes[1].idempotency.header': unknown key"},
+      {"[[routes]]\nprefix = \"/v1\"\nlimits = 5\n",
+       "key 'routes[1].limits': expected a table, got integer"},
+      {"[[routes]]\nprefix = \"/v1\"\nidempotency = { methods = [\"GET\"] }\n",
+       "key 'routes[1].idempotency.methods': GET is a safe method"},
+      {"[[routes]]\nprefix = \"/v1\"\nlimits = { max_response_body = \"2GiB\" }\n",
+       "key 'routes[1].limits.max_response_body': must be at most 1GiB"},
+      {"[[routes]]\nprefix = \"/v1\"\nidempotency = { lease = \"20s\" }\n",
+       "routes.toml:3: key 'routes[1].idempotency.lease': (20s) of routes[1] (prefix \"/v1\") must "
+       "be longer than upstream.connect_timeout + upstream.response_timeout (5s + 20s = 25s)"},
+      {"routes = 3\n", "key 'routes': expected [[routes]] tables"},
+  };
+  for (const BadRoute& c : cases) {
+    ConfigResult r = ParseConfig(c.toml, "routes.toml");
+    EXPECT_FALSE(r.ok()) << c.toml;
+    EXPECT_NE(r.error.find(c.message), std::string::npos) << r.error;
+  }
+}
+
+TEST(RoutesConfig, TakeoverPerRoute) {
+  Config c = ParseOk("[[routes]]\nprefix = \"/v1/payments\"\nidempotency = { takeover = false }\n");
+  EXPECT_TRUE(c.idempotency.takeover);
+  EXPECT_FALSE(c.routes[0].effective->idempotency.takeover);
+}
+
 }  // namespace
 }  // namespace idemgate
