@@ -96,6 +96,12 @@ void ReadNoStoreStatuses(const SectionReader& r, Route* route) {
   }
 }
 
+bool FitsC4(const Config& c) {
+  const int64_t upstream_ms =
+      SaturatingAdd(c.upstream.connect_timeout_ms, c.upstream.response_timeout_ms);
+  return c.idempotency.lease_ms > upstream_ms && c.idempotency.ttl_ms > c.idempotency.lease_ms;
+}
+
 // C4 for the route: its lease over its group's timeouts, its ttl over its lease.
 void CheckRouteLeaseAndTtl(const Context& ctx, const SectionReader& route,
                            const SectionReader& idem, const Route& rt, const Config& c) {
@@ -188,6 +194,11 @@ void ReadRoutes(const Context& ctx, Config* config) {
     routes.push_back(ReadRoute(ctx, *array->get(i)->as_table(), i + 1, base, routes));
   }
   config->routes = std::move(routes);
+}
+
+bool RoutesFitC4(const Config& config) {
+  return std::all_of(config.routes.begin(), config.routes.end(),
+                     [](const Route& route) { return FitsC4(*route.effective); });
 }
 
 void RebuildRoutes(Config* config) {

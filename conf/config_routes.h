@@ -24,6 +24,10 @@ void ReadRoutes(const Context& ctx, Config* config);
 // running value of restart-only top-level keys), keeping the keys each route sets.
 void RebuildRoutes(Config* config);
 
+// Whether every route's effective config passes C4 (after RebuildRoutes: a reload keeps the
+// running named groups, whose timeouts may outlast a lease the new file shortened).
+bool RoutesFitC4(const Config& config);
+
 // What of the route table only a restart applies: the order, each route's prefix, host and
 // upstream group, and the methods and fingerprint_headers a route sets (they decide which
 // requests are guarded and how they are fingerprinted). Equal shapes: the new table applies live.

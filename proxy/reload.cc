@@ -36,6 +36,10 @@ ReloadPlan PlanReload(const Config& running, const Config& next_in) {
     next->routes = running.routes;
   } else {
     conf::RebuildRoutes(next.get());
+    if (!conf::RoutesFitC4(*next)) {  // checked against the file's groups, not the running ones
+      ignored.emplace_back("routes (a lease would not cover its running group's timeouts)");
+      next->routes = running.routes;
+    }
   }
   return ReloadPlan{std::move(next), std::move(ignored)};
 }

@@ -89,6 +89,28 @@ TEST(RoutesConfig, ReloadKeepsTheRunningTableWhenItsShapeChanges) {
             (std::vector<std::string>{"POST", "PUT"}));
 }
 
+// Named groups wait for a restart: a route lease shortened together with its group's timeout
+// would not cover the running group's, so the running routes stay.
+TEST(RoutesConfig, ReloadKeepsRoutesWhoseLeaseWouldNotCoverTheRunningGroup) {
+  const std::string before = R"([upstreams.reports]
+url = "http://r:1"
+response_timeout = "2m"
+[[routes]]
+prefix = "/reports"
+upstream = "reports"
+idempotency = { lease = "3m" }
+)";
+  std::string after = before;
+  after.replace(after.find("\"2m\""), 4, "\"10s\"");
+  after.replace(after.find("\"3m\""), 4, "\"1m\"");
+  ReloadPlan plan = PlanReload(ParseOk(before), ParseOk(after));
+  EXPECT_EQ(plan.ignored, (std::vector<std::string>{
+                              "upstreams (named upstream groups)",
+                              "routes (a lease would not cover its running group's timeouts)"}));
+  EXPECT_EQ(plan.config->routes[0].effective->idempotency.lease_ms, 3 * 60'000);
+  EXPECT_EQ(plan.config->routes[0].effective->upstream.response_timeout_ms, 2 * 60'000);
+}
+
 TEST(RoutesConfig, SignatureHoldsRoutesFingerprintHeadersOnlyWhenARouteHasOwn) {
   const std::string plain = SettingsSignature(Config{});
   EXPECT_EQ(SettingsSignature(ParseOk(kRoutes)), plain);  // old stores keep their signature
