@@ -198,9 +198,14 @@ bool MatchesRequireKey(const Config& config, std::string_view target) {
   if (config.idempotency.require_key.empty()) return false;
   // However the upstream reads the path (as sent, or decoded and resolved), a key is required
   // when that reading falls under a prefix.
-  const PathReadings paths(target);
-  for (const std::string& prefix : config.idempotency.require_key) {
-    if (paths.StartWith(prefix)) return true;
+  const std::string paths[] = {Lower(TargetPath(target)),
+                               NormalizeRequestPath(target, /*decode_all=*/false),
+                               NormalizeRequestPath(target, /*decode_all=*/true)};
+  for (const std::string& raw_prefix : config.idempotency.require_key) {
+    std::string prefix = NormalizeRequestPath(raw_prefix, false);
+    for (const std::string& path : paths) {
+      if (path.compare(0, prefix.size(), prefix) == 0) return true;
+    }
   }
   return false;
 }
@@ -245,18 +250,6 @@ bool ListsProtectedHeader(const Config& config, const Request& request, GuardDec
 std::string NormalizeRequestPath(std::string_view target, bool decode_all) {
   std::string path = ResolveSegments(PercentDecode(TargetPath(target), decode_all));
   return Lower(path);
-}
-
-PathReadings::PathReadings(std::string_view target)
-    : paths_{Lower(TargetPath(target)), NormalizeRequestPath(target, /*decode_all=*/false),
-             NormalizeRequestPath(target, /*decode_all=*/true)} {}
-
-bool PathReadings::StartWith(std::string_view raw_prefix) const {
-  const std::string prefix = NormalizeRequestPath(raw_prefix, false);
-  for (const std::string& path : paths_) {
-    if (path.compare(0, prefix.size(), prefix) == 0) return true;
-  }
-  return false;
 }
 
 bool ParseIdempotencyKey(std::string_view raw, std::string* key) {

@@ -37,17 +37,6 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request);
 // often is safe, too rarely is not. The target forwarded and fingerprinted stays as sent.
 std::string NormalizeRequestPath(std::string_view target, bool decode_all);
 
-// A request's path under the three readings above; a prefix matches when one starts with it
-// (the prefix itself normalized without decoding escapes).
-class PathReadings {
- public:
-  explicit PathReadings(std::string_view target);
-  bool StartWith(std::string_view prefix) const;
-
- private:
-  std::string paths_[3];
-};
-
 // K1-K2: the key's value after sf-string unquoting, or nullopt-like empty + false when invalid.
 bool ParseIdempotencyKey(std::string_view raw, std::string* key);
 

@@ -32,14 +32,17 @@ std::string RequestHost(const Request& request) {
 int MatchRoute(const Config& config, const Request& request) {
   if (config.routes.empty()) return -1;
   std::optional<std::string> host;
-  const PathReadings paths(request.target);
+  // One reading, the one the upstream most likely acts on (as nginx's location matching, but
+  // case-insensitive): "/v1/exports/../payments" is a payments request.
+  const std::string path = NormalizeRequestPath(request.target, /*decode_all=*/true);
   for (size_t i = 0; i < config.routes.size(); ++i) {
     const Route& route = config.routes[i];
     if (!route.host.empty()) {
       if (!host) host = RequestHost(request);
       if (*host != route.host) continue;
     }
-    if (paths.StartWith(route.prefix)) return static_cast<int>(i);
+    const std::string prefix = NormalizeRequestPath(route.prefix, /*decode_all=*/true);
+    if (path.compare(0, prefix.size(), prefix) == 0) return static_cast<int>(i);
   }
   return -1;
 }

@@ -10,8 +10,9 @@
 namespace idemgate {
 
 // The first route whose host (when it names one) is the request's Host without its port and
-// whose prefix starts the request's path (under any reading, proxy/guard.h PathReadings): its
-// effective config. No route matches: `config` itself.
+// whose prefix starts the request's path, both normalized by NormalizeRequestPath (escapes
+// decoded, dot segments resolved, slashes merged, lower-cased): its effective config. No route
+// matches: `config` itself.
 std::shared_ptr<const Config> SelectRoute(const std::shared_ptr<const Config>& config,
                                           const Request& request);
 

@@ -62,6 +62,10 @@ TEST(RoutesConfig, FirstMatchWinsHostWithoutPort) {
   EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1")), 1);
   EXPECT_EQ(MatchRoute(c, Req("/V1/./refunds", "API.EXAMPLE.COM")), 0);
   EXPECT_EQ(MatchRoute(c, Req("/v2/x")), -1);
+  EXPECT_EQ(MatchRoute(c, Req("/v2/../v1/x")), 1);                       // dot segments resolved
+  EXPECT_EQ(MatchRoute(c, Req("/v1/../v2/x")), -1);                      // not the raw text
+  EXPECT_EQ(MatchRoute(c, Req("/v1%2Frefunds", "api.example.com")), 0);  // escapes decoded
+  EXPECT_EQ(MatchRoute(c, Req("http://h/v1//refunds?q", "api.example.com")), 0);
   EXPECT_EQ(MatchRoute(c, Req("/v1")), -1);  // "/v1/" is a string prefix
 }
 
