@@ -124,7 +124,8 @@ struct Config {
 // One [[routes]] entry: requests whose path starts with `prefix` (and whose Host is `host`, when
 // set) run with `effective`, the top-level config with the route's keys applied. First match wins.
 struct Route {
-  std::string prefix;    // as written; starts with '/'
+  std::string prefix;        // as written; starts with '/', no dot segments, "//" or escapes
+  std::string match_prefix;  // lower-cased: what a normalized request path is compared with
   std::string host;      // lower-cased, without port; "" = any host
   std::string upstream;  // the [upstreams.NAME] group; "" = the [upstream] group
   std::vector<int> no_store_statuses;

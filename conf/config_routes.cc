@@ -46,11 +46,22 @@ void ReadPrefixAndHost(const SectionReader& r, std::string name, Route* route) {
   if (!r.String("prefix", &route->prefix)) {
     r.Fail("prefix", "is required: the path prefix the route matches, like \"/v1/payments\"");
   }
-  if (route->prefix.empty() || route->prefix.front() != '/' || !IsVisibleAscii(route->prefix)) {
+  const std::string& p = route->prefix;
+  if (p.empty() || p.front() != '/' || !IsVisibleAscii(p)) {
     r.Fail("prefix",
-           "\"" + route->prefix +
-               "\" must be a path prefix starting with '/', visible ASCII without spaces");
+           "\"" + p + "\" must be a path prefix starting with '/', visible ASCII without spaces");
   }
+  // Request paths are normalized before the comparison; the prefix must already be.
+  const std::string end = p.substr(p.rfind('/'));
+  if (p.find_first_of("%?#") != std::string::npos || p.find("//") != std::string::npos ||
+      p.find("/./") != std::string::npos || p.find("/../") != std::string::npos || end == "/." ||
+      end == "/..") {
+    r.Fail("prefix",
+           "\"" + p +
+               "\" must be a plain path: no '.' or '..' segments, \"//\", percent-escapes, "
+               "'?' or '#' (request paths are compared decoded and resolved)");
+  }
+  route->match_prefix = ToLowerAscii(p);
   route->label = std::move(name) + " (prefix \"" + route->prefix + "\"";
   if (r.String("host", &route->host)) {
     const std::string& host = route->host;
@@ -131,10 +142,11 @@ void CheckRouteLeaseAndTtl(const Context& ctx, const SectionReader& route,
 
 // A route after one whose host and prefix cover it never matches (first match wins).
 void CheckReachable(const SectionReader& r, const std::vector<Route>& earlier, const Route& route) {
-  const std::string prefix = ToLowerAscii(route.prefix);
   for (const Route& before : earlier) {
     if (!before.host.empty() && before.host != route.host) continue;
-    if (prefix.compare(0, before.prefix.size(), ToLowerAscii(before.prefix)) != 0) continue;
+    if (route.match_prefix.compare(0, before.match_prefix.size(), before.match_prefix) != 0) {
+      continue;
+    }
     r.Fail("prefix", route.label + " never matches: " + before.label +
                          " comes first and matches every request it would (first match wins; "
                          "put the longer prefix first)");

@@ -41,8 +41,9 @@ int MatchRoute(const Config& config, const Request& request) {
       if (!host) host = RequestHost(request);
       if (*host != route.host) continue;
     }
-    const std::string prefix = NormalizeRequestPath(route.prefix, /*decode_all=*/true);
-    if (path.compare(0, prefix.size(), prefix) == 0) return static_cast<int>(i);
+    if (path.compare(0, route.match_prefix.size(), route.match_prefix) == 0) {
+      return static_cast<int>(i);
+    }
   }
   return -1;
 }

@@ -136,6 +136,9 @@ TEST(RoutesConfig, BadRoutesAreRefusedNamingTheRouteKey) {
   const BadRoute cases[] = {
       {"[[routes]]\nhost = \"a\"\n", "routes.toml:1: key 'routes[1].prefix': is required"},
       {"[[routes]]\nprefix = \"v1\"\n", "key 'routes[1].prefix': \"v1\" must be a path prefix"},
+      {"[[routes]]\nprefix = \"/v1/../v2\"\n", "\"/v1/../v2\" must be a plain path"},
+      {"[[routes]]\nprefix = \"/v1%2F\"\n", "must be a plain path"},
+      {"[[routes]]\nprefix = \"/v1/.\"\n", "must be a plain path"},
       {"[[routes]]\nprefix = \"/v1\"\n[[routes]]\nprefix = \"/V1/pay\"\n",
        "routes.toml:4: key 'routes[2].prefix': routes[2] (prefix \"/V1/pay\") never matches: "
        "routes[1] (prefix \"/v1\") comes first"},
