@@ -182,6 +182,7 @@ void UpstreamGroup::CheckHealth() {
 void UpstreamGroup::OnHealth(size_t index, const UpstreamResult& result) {
   Server& server = servers_[index];
   server.checking = false;
+  if (aborting_) return;
   const int status = result.error == UpstreamError::kNone ? result.response.status : 0;
   const bool healthy = status >= 200 && status < 400;
   if (healthy && server.health_down) {
@@ -239,8 +240,10 @@ void UpstreamGroup::ApplyResolved(const std::vector<Resolved>& resolved) {
                            server.name.host.c_str(), resolved[i].error.c_str());
     } else if (!server.pool->SameAddress(addr, resolved[i].len)) {
       server.pool->SetAddress(addr, resolved[i].len);
-      LogF(LogLevel::kInfo, "upstream", "server %s resolves to a new address",
-           Where(server.name).c_str());
+      char host[NI_MAXHOST] = "?";
+      getnameinfo(addr, resolved[i].len, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+      LogF(LogLevel::kInfo, "upstream", "server %s resolves to a new address: %s",
+           Where(server.name).c_str(), host);
     }
   }
 }
