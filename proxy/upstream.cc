@@ -31,8 +31,8 @@ class UpstreamConn {
 
   // Starts connecting; the call begins once connected.
   bool Connect() {
-    connecting_ = true;
-    address_generation_ = pool_->address_generation();  // also on failure below: Start then reports kUnavailable, never sends
+    connecting_ = true;  // also on failure below: Start then reports kUnavailable, never sends
+    address_generation_ = pool_->address_generation();
     if (pool_->tls() != nullptr) {
       SSL* ssl = NewUpstreamSsl(pool_->tls(), pool_->host());
       if (ssl == nullptr) return false;

@@ -281,14 +281,16 @@ TEST(UpstreamGroupCheck, CheckConfigResolvesEveryServer) {
   TempDir dir;
   const std::string store = "[store]\npath = \"" + dir.Path("data") + "\"\n";
   std::string good = dir.WriteFile(
-      "good.toml", store + "[upstream]\nservers = [\"http://127.0.0.1:1\", \"http://localhost:2\"]\n"
-                           "[upstreams.internal]\nurl = \"http://127.0.0.1:3\"\n");
+      "good.toml", store +
+                       "[upstream]\nservers = [\"http://127.0.0.1:1\", \"http://localhost:2\"]\n"
+                       "[upstreams.internal]\nurl = \"http://127.0.0.1:3\"\n");
   RunResult ok = RunGateway({"--check-config", "--config", good});
   EXPECT_EQ(ok.code, 0) << ok.output;
-  std::string bad = dir.WriteFile(
-      "bad.toml", store + "[upstream]\nurl = \"http://127.0.0.1:1\"\n"
-                          "[upstreams.internal]\nservers = [\"http://127.0.0.1:3\", "
-                          "\"http://no-such-host.invalid:80\"]\n");
+  std::string bad =
+      dir.WriteFile("bad.toml", store +
+                                    "[upstream]\nurl = \"http://127.0.0.1:1\"\n"
+                                    "[upstreams.internal]\nservers = [\"http://127.0.0.1:3\", "
+                                    "\"http://no-such-host.invalid:80\"]\n");
   RunResult r = RunGateway({"--check-config", "--config", bad});
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("upstreams.internal.servers"), std::string::npos) << r.output;

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int (*getaddrinfo_fn)(const char*, const char*, const struct addrinfo*,
-                              struct addrinfo**);
+typedef int (*getaddrinfo_fn)(const char*, const char*, const struct addrinfo*, struct addrinfo**);
 
 // The address listed for `node` in the test hosts file, copied to `out`; 0 when none.
 static int Lookup(const char* node, char* out, size_t size) {
