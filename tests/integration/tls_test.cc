@@ -301,8 +301,8 @@ TEST_F(HttpsUpstreamTest, GroupRetriesAFailedHandshakeOnAnotherServer) {
   ASSERT_NE(bad_port, 0) << bad.log();
   sections_["upstream"].erase("url");
   Set("upstream", "servers",
-      "[\"https://localhost:" + std::to_string(bad_port) + "\", \"https://localhost:" +
-          std::to_string(good_port) + "\"]");
+      "[\"https://localhost:" + std::to_string(bad_port) +
+          "\", \"https://localhost:" + std::to_string(good_port) + "\"]");
   Set("upstream", "ca_file", "\"" + ca_.cert + "\"");
   Set("server", "workers", "1");
   StartGateway();

@@ -276,6 +276,23 @@ TEST_F(UpstreamGroupTest, ReadyWhileOneServerIsUp) {
   EXPECT_EQ(not_ready.status, 503) << not_ready.body;
 }
 
+// Named groups start with the gateway (each worker builds them) while [upstream] stays the
+// default; a reload that changes them says they wait for a restart.
+TEST_F(UpstreamGroupTest, NamedGroupsStartAndAreRestartOnly) {
+  Set("upstream", "url", Url(upstream_.port()));
+  Set("upstreams.internal", "servers", "[" + Url(b_.port()) + "]");
+  StartGateway();
+  ASSERT_EQ(Get().status, 201);
+  EXPECT_EQ(upstream_.requests(), 1);
+  EXPECT_EQ(b_.requests(), 0);
+  Set("upstreams.internal", "servers", "[" + Url(b_.port()) + ", " + Url(upstream_.port()) + "]");
+  dir_.WriteFile("idemgate.toml", ConfigText());
+  ASSERT_TRUE(gateway_.Kill(SIGHUP));
+  EXPECT_TRUE(gateway_.WaitForOutput("upstreams (named upstream groups) changed"))
+      << gateway_.log();
+  EXPECT_EQ(Get().status, 201);
+}
+
 // --check-config resolves every server of every group and names the one that does not resolve.
 TEST(UpstreamGroupCheck, CheckConfigResolvesEveryServer) {
   TempDir dir;
