@@ -49,7 +49,9 @@ void CheckUpstreamServers(const Context&, const SectionReader& r, bool present, 
     auto url = ParseHttpUrl(server, &why);
     if (!url) r.Fail("servers", "bad url \"" + server + "\": " + why);
     if (up.addrs.empty()) up.tls = url->tls;
-    if (url->tls != up.tls) r.Fail("servers", "mixes http:// and https://; a group uses one scheme");
+    if (url->tls != up.tls) {
+      r.Fail("servers", "mixes http:// and https://; a group uses one scheme");
+    }
     if (std::find(up.addrs.begin(), up.addrs.end(), url->addr) != up.addrs.end()) {
       r.Fail("servers", "\"" + server + "\" is listed more than once");
     }

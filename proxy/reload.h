@@ -15,7 +15,8 @@ struct ReloadPlan {
 };
 
 // Each key's reload class is declared in its row of the key table (conf/config_keys.cc).
-// Restart-only: listen.*, upstream.url/ca_file, store.*, server.workers, admin.address,
+// Restart-only: listen.*, upstream.url/servers/ca_file/balance/health_*/fail_timeout/
+// resolve_interval and the named groups [upstreams.*], store.*, server.workers, admin.address,
 // log.access, scope.* (a new scope secret or header would turn every in-flight retry into a
 // fresh key), and idempotency.header/methods/fingerprint_headers (they decide which requests are
 // guarded and how they are fingerprinted: changed under live records, a retry would pass through

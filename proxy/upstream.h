@@ -87,6 +87,7 @@ class UpstreamPool {
   const sockaddr* addr() const { return reinterpret_cast<const sockaddr*>(&addr_); }
   socklen_t addr_len() const { return addr_len_; }
   SSL_CTX* tls() const { return tls_; }
+  uint64_t address_generation() const { return address_generation_; }  // +1 per SetAddress
   const std::string& host() const { return host_; }
 
  private:
@@ -98,6 +99,7 @@ class UpstreamPool {
   std::string host_;
   sockaddr_storage addr_{};
   socklen_t addr_len_ = 0;
+  uint64_t address_generation_ = 0;
   std::string error_;
   std::list<std::unique_ptr<UpstreamConn>> idle_;
   std::list<std::unique_ptr<UpstreamConn>> busy_;

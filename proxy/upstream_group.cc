@@ -113,17 +113,17 @@ void UpstreamGroup::Try(std::shared_ptr<Call> call) {
   const size_t index = call->order[call->next++];
   Server& server = servers_[index];
   ++server.in_flight;
-  server.pool->Send(std::move(call->request), call->head, call->limits,
-                    [this, call, index](UpstreamResult result) {
-                      OnResult(call, index, std::move(result));
-                    });
+  server.pool->Send(
+      std::move(call->request), call->head, call->limits,
+      [this, call, index](UpstreamResult result) { OnResult(call, index, std::move(result)); });
 }
 
 void UpstreamGroup::OnResult(std::shared_ptr<Call> call, size_t index, UpstreamResult result) {
   --servers_[index].in_flight;
   if (result.error != UpstreamError::kUnavailable) {
     // The server answered, or the request reached it (a reset, a timeout): it takes connections.
-    if (servers_[index].out_until != SteadyClock::time_point{}) BringBack(index, "a call reached it");
+    if (servers_[index].out_until != SteadyClock::time_point{})
+      BringBack(index, "a call reached it");
     return call->done(std::move(result));
   }
   // Nothing was sent (R3): the server is taken out, and another one may take the request.
@@ -132,8 +132,9 @@ void UpstreamGroup::OnResult(std::shared_ptr<Call> call, size_t index, UpstreamR
   const bool time_left = SteadyClock::now() < call->limits.deadline;
   if (call->next >= call->order.size() || !time_left) {
     if (servers_.size() > 1) {
-      result.detail = "no server of the group could be reached; last: " + Where(servers_[index].name) +
-                      ": " + result.detail;
+      result.detail =
+          "no server of the group could be reached; last: " + Where(servers_[index].name) + ": " +
+          result.detail;
     }
     return call->done(std::move(result));
   }
@@ -146,10 +147,9 @@ void UpstreamGroup::TakeOut(size_t index, const std::string& why) {
   const bool was_up = Up(server, SteadyClock::now());
   server.out_until = SteadyClock::now() + std::chrono::milliseconds(config_.fail_timeout_ms);
   if (was_up) {
-    IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "upstream",
-                         "server %s taken out for %lld ms (nothing was sent): %s",
-                         Where(server.name).c_str(),
-                         static_cast<long long>(config_.fail_timeout_ms), why.c_str());
+    IDEMGATE_LOG_LIMITED(
+        LogLevel::kWarn, "upstream", "server %s taken out for %lld ms (nothing was sent): %s",
+        Where(server.name).c_str(), static_cast<long long>(config_.fail_timeout_ms), why.c_str());
   }
 }
 
@@ -182,6 +182,7 @@ void UpstreamGroup::CheckHealth() {
 void UpstreamGroup::OnHealth(size_t index, const UpstreamResult& result) {
   Server& server = servers_[index];
   server.checking = false;
+  if (aborting_) return;
   const int status = result.error == UpstreamError::kNone ? result.response.status : 0;
   const bool healthy = status >= 200 && status < 400;
   if (healthy && server.health_down) {
@@ -239,8 +240,10 @@ void UpstreamGroup::ApplyResolved(const std::vector<Resolved>& resolved) {
                            server.name.host.c_str(), resolved[i].error.c_str());
     } else if (!server.pool->SameAddress(addr, resolved[i].len)) {
       server.pool->SetAddress(addr, resolved[i].len);
-      LogF(LogLevel::kInfo, "upstream", "server %s resolves to a new address",
-           Where(server.name).c_str());
+      char host[NI_MAXHOST] = "?";
+      getnameinfo(addr, resolved[i].len, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+      LogF(LogLevel::kInfo, "upstream", "server %s resolves to a new address: %s",
+           Where(server.name).c_str(), host);
     }
   }
 }

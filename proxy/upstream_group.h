@@ -49,7 +49,7 @@ class UpstreamGroup {
   struct Server {
     HostPort name;
     std::unique_ptr<UpstreamPool> pool;
-    int in_flight = 0;  // calls in progress (least_conn)
+    int in_flight = 0;                                  // calls in progress (least_conn)
     std::chrono::steady_clock::time_point out_until{};  // passive: left out until then
     bool health_down = false;  // the last active check failed: out until one passes
     bool checking = false;     // an active check is in progress

@@ -289,8 +289,8 @@ void Worker::SendUpstream(std::string request, bool head_request, const Upstream
   if (group == nullptr) {  // a route added by a reload names a group the workers do not have
     UpstreamResult result;
     result.error = UpstreamError::kUnavailable;
-    result.detail = "no upstream group '" + limits.group +
-                    "' is running (named groups are restart-only)";
+    result.detail =
+        "no upstream group '" + limits.group + "' is running (named groups are restart-only)";
     Post([done = std::move(done), result = std::move(result)]() mutable {
       done(std::move(result));
     });
