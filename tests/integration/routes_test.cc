@@ -304,6 +304,34 @@ idempotency = { lease = "2m" }
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+// The store remembers a route's own fingerprint_headers: a restart that adds one is refused
+// unless accepted; a store written without routes keeps its signature when routes are added.
+TEST_F(RoutesTest, ARoutesFingerprintHeadersAreInTheStoresSignature) {
+  StartGateway();
+  ASSERT_EQ(Send("POST", "/v1/transfers", "k1", "{}").status, 201);
+  gateway_.Kill(SIGTERM);
+  ASSERT_TRUE(gateway_.Wait());
+  StartWithRoutes("[[routes]]\nprefix = \"/v1/transfers\"\n");  // same signature: starts
+  EXPECT_EQ(Send("POST", "/v1/transfers", "k1", "{}").Header("Idempotent-Replayed"), "true");
+  gateway_.Kill(SIGTERM);
+  ASSERT_TRUE(gateway_.Wait());
+
+  const std::string own =
+      "[[routes]]\nprefix = \"/v1/transfers\"\n"
+      "idempotency = { fingerprint_headers = [\"X-Account\"] }\n";
+  const std::string path = dir_.WriteFile("idemgate.toml", ConfigText() + own);
+  RunResult refused = RunGateway({"--config", path});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.output.find("routes.fingerprint_headers (stored \"(absent)\", now "
+                                "\"/v1/transfers:x-account\")"),
+            std::string::npos)
+      << refused.output;
+  ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", path, "--accept-new-signature"}));
+  port_ = gateway_.WaitForPort();
+  ASSERT_NE(port_, 0) << gateway_.log();
+  EXPECT_EQ(upstream_.requests(), 1);
+}
+
 TEST_F(RoutesTest, OldConfigFilesAreStillAccepted) {
   for (const char* file : {"/conf/idemgate.toml", "/conf/demo.toml"}) {
     RunResult r = RunGateway({"--check-config", "--config", std::string(SOURCE_DIR) + file});
