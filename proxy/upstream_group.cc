@@ -162,7 +162,6 @@ void UpstreamGroup::BringBack(size_t index, const char* how) {
 // Active checks: GET health_path on every server; a 2xx or 3xx keeps (or brings) it in.
 void UpstreamGroup::CheckHealth() {
   health_timer_.Arm(config_.health_interval_ms);
-  const std::string host = config_.host.empty() ? config_.addr.host : config_.host;
   for (size_t i = 0; i < servers_.size(); ++i) {
     Server& server = servers_[i];
     if (server.checking) continue;
@@ -172,6 +171,13 @@ void UpstreamGroup::CheckHealth() {
     limits.response_timeout_ms = std::min(config_.response_timeout_ms, config_.health_interval_ms);
     limits.max_response_body = 64 << 10;
     limits.idle_timeout_ms = config_.idle_timeout_ms;
+    // Host: the override, else the server's own name (a bracketed IPv6 literal, with its port).
+    const HostPort& name = server.name;
+    const std::string host =
+        !config_.host.empty()
+            ? config_.host
+            : (name.host.find(':') != std::string::npos ? "[" + name.host + "]" : name.host) + ":" +
+                  std::to_string(name.port);
     std::string request = "GET " + config_.health_path + " HTTP/1.1\r\nHost: " + host +
                           "\r\nUser-Agent: idemgate-health-check\r\nConnection: close\r\n\r\n";
     server.pool->Send(std::move(request), false, limits,

@@ -168,7 +168,10 @@ TEST_F(UpstreamGroupTest, FailedHealthCheckTakesServerOutUntilItPasses) {
       << gateway_.log();
   for (int i = 0; i < 6; ++i) ASSERT_EQ(Get().status, 201);
   EXPECT_EQ(Calls(b_), 0);
-  EXPECT_GT(b_.requests(), 0);  // its health checks
+  ASSERT_GT(b_.requests(), 0);  // its health checks, a GET to the server's own host:port
+  const RecordedRequest check = b_.received().front();
+  EXPECT_EQ(check.method + " " + check.target, "GET /health");
+  EXPECT_EQ(check.Header("Host"), "127.0.0.1:" + std::to_string(b_.port()));
   b_.SetBehavior(UpstreamBehavior::Respond(200, "well"));
   ASSERT_TRUE(gateway_.WaitForOutput("is back (health check /health: 200)")) << gateway_.log();
   const auto deadline = steady_clock::now() + kWait;
