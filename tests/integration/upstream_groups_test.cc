@@ -179,8 +179,8 @@ TEST_F(UpstreamGroupTest, FailedHealthCheckTakesServerOutUntilItPasses) {
   EXPECT_GT(Calls(b_), 0);
 }
 
-// A server name is resolved again every resolve_interval: when its address changes, new
-// requests go to the new address. The name comes from a test hosts file (tests/support/
+// A server name is resolved again every resolve_interval: an address it gains becomes a server,
+// one it loses gets no more requests. The name comes from a test hosts file (tests/support/
 // hosts_shim.c, LD_PRELOAD into the gateway), rewritten by the test.
 TEST_F(UpstreamGroupTest, DnsChangeIsPickedUp) {
   Set("server", "workers", "1");
@@ -198,11 +198,17 @@ TEST_F(UpstreamGroupTest, DnsChangeIsPickedUp) {
   ASSERT_NE(port_, 0) << gateway_.log();
   ASSERT_EQ(Get().status, 201);
   EXPECT_EQ(moved.requests(), 0);
-  dir_.WriteFile("hosts", "127.0.0.2 api.groups.test\n");
-  const auto deadline = steady_clock::now() + kWait;
+  // The name gains a second address: both get requests.
+  dir_.WriteFile("hosts", "127.0.0.1 api.groups.test\n127.0.0.2 api.groups.test\n");
+  auto deadline = steady_clock::now() + kWait;
   while (moved.requests() == 0 && steady_clock::now() < deadline) ASSERT_EQ(Get().status / 100, 2);
   ASSERT_GT(moved.requests(), 0) << gateway_.log();
-  // From then on every request goes to the new address (one worker: one group).
+  const int first_before = upstream_.requests();
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Get().status / 100, 2);
+  EXPECT_EQ(upstream_.requests() - first_before, 2);  // round robin over the two addresses
+  // It loses the first one: from then on every request goes to the second (one worker).
+  dir_.WriteFile("hosts", "127.0.0.2 api.groups.test\n");
+  ASSERT_TRUE(gateway_.WaitForOutput("no longer resolves to address 127.0.0.1")) << gateway_.log();
   const int old_requests = upstream_.requests();
   for (int i = 0; i < 5; ++i) EXPECT_EQ(Get().status, 200);
   EXPECT_EQ(upstream_.requests(), old_requests);
