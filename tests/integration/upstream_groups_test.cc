@@ -152,7 +152,7 @@ TEST_F(UpstreamGroupTest, DeadServerReturns) {
   const auto deadline = steady_clock::now() + kWait;
   while (c.requests() == 0 && steady_clock::now() < deadline) ASSERT_EQ(Get().status / 100, 2);
   EXPECT_GT(c.requests(), 0) << gateway_.log();
-  EXPECT_NE(gateway_.log().find("is back"), std::string::npos) << gateway_.log();
+  EXPECT_TRUE(gateway_.WaitForOutput("is back (a call reached it)")) << gateway_.log();
 }
 
 // Active health checks: a server whose health path fails is taken out (no client request goes
@@ -218,11 +218,14 @@ TEST_F(UpstreamGroupTest, DnsChangeIsPickedUp) {
 TEST_F(UpstreamGroupTest, LeastConnAvoidsTheBusyServer) {
   Set("server", "workers", "1");
   Set("upstream", "balance", "\"least_conn\"");
-  upstream_.SetBehavior(UpstreamBehavior::Respond(200, "slow").WithDelay(3000));
-  b_.SetBehavior(UpstreamBehavior::Respond(200, "slow").WithDelay(3000));
+  upstream_.SetBehavior(UpstreamBehavior::Respond(200, "slow").WithDelay(6000));
+  b_.SetBehavior(UpstreamBehavior::Respond(200, "slow").WithDelay(6000));
   Servers({upstream_.port(), b_.port()});
   StartGateway();
-  auto slow = std::async(std::launch::async, [this] { return Get("/slow"); });
+  auto slow = std::async(std::launch::async, [this] {
+    TestClient client(port_);
+    return client.Request("GET", "/slow", kMerchant, {}, std::chrono::seconds(20));
+  });
   const auto deadline = steady_clock::now() + kWait;
   while (upstream_.requests() + b_.requests() == 0 && steady_clock::now() < deadline) {
     std::this_thread::yield();
