@@ -281,6 +281,18 @@ UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* 
   reaper_.reset(event_new(base, -1, 0, &EventTrampoline<UpstreamPool, &UpstreamPool::Reap>, this));
 }
 
+UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, const sockaddr* addr,
+                           socklen_t len, SSL_CTX* tls)
+    : base_(base), tls_(tls), host_(upstream.host) {
+  if (len <= sizeof(addr_)) {
+    memcpy(&addr_, addr, len);
+    addr_len_ = len;
+  } else {
+    error_ = "bad address for upstream host '" + upstream.host + "'";
+  }
+  reaper_.reset(event_new(base, -1, 0, &EventTrampoline<UpstreamPool, &UpstreamPool::Reap>, this));
+}
+
 UpstreamPool::~UpstreamPool() = default;
 
 std::unique_ptr<UpstreamConn> UpstreamPool::TakeIdle(int64_t max_idle_ms) {
@@ -345,15 +357,7 @@ void UpstreamPool::AbortAll(const std::string& detail) {
 
 void UpstreamPool::Reap() { dead_.clear(); }
 
-bool UpstreamPool::SameAddress(const sockaddr* addr, socklen_t len) const {
-  return len == addr_len_ && memcmp(addr, &addr_, len) == 0;
-}
-
-void UpstreamPool::SetAddress(const sockaddr* addr, socklen_t len) {
-  if (len > sizeof(addr_)) return;
-  memset(&addr_, 0, sizeof(addr_));
-  memcpy(&addr_, addr, len);
-  addr_len_ = len;
+void UpstreamPool::Retire() {
   ++address_generation_;
   while (!idle_.empty()) {
     dead_.push_back(std::move(idle_.back()));

@@ -59,12 +59,14 @@ class UpstreamPool {
   // `tls` (not owned; may be null) makes every connection https, verified against `upstream`'s
   // host name (SNI and certificate check).
   UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* tls = nullptr);
+  // A pool for one address `upstream`'s name resolved to (the name is still the TLS name).
+  UpstreamPool(event_base* base, const HostPort& upstream, const sockaddr* addr, socklen_t len,
+               SSL_CTX* tls);
   ~UpstreamPool();
   bool ok() const { return addr_len_ > 0; }
-  // A new address for the same server (its name re-resolved): new connections go there, idle
-  // ones are closed, calls in progress finish where they are.
-  void SetAddress(const sockaddr* addr, socklen_t len);
-  bool SameAddress(const sockaddr* addr, socklen_t len) const;
+  // The server's name no longer resolves to this address: idle connections are closed, and
+  // those of calls in progress are not pooled again when the calls end.
+  void Retire();
   const std::string& error() const { return error_; }
 
   // Sends `request` (already serialized) on an idle pooled connection or a new one. `done` is
@@ -87,7 +89,7 @@ class UpstreamPool {
   const sockaddr* addr() const { return reinterpret_cast<const sockaddr*>(&addr_); }
   socklen_t addr_len() const { return addr_len_; }
   SSL_CTX* tls() const { return tls_; }
-  uint64_t address_generation() const { return address_generation_; }  // +1 per SetAddress
+  uint64_t address_generation() const { return address_generation_; }  // +1 per Retire
   const std::string& host() const { return host_; }
 
  private:

@@ -6,6 +6,8 @@
 // a server is never retried elsewhere: its outcome (a reset, a timeout) is its result (R4).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -46,10 +48,20 @@ class UpstreamGroup {
   size_t servers_up() const;
 
  private:
+  // One address of a configured server: a name that resolves to several addresses is several
+  // servers (each with its own pool and state), and one that resolves again may gain or lose some.
+  struct Address {
+    sockaddr_storage storage{};
+    socklen_t len = 0;
+    bool operator==(const Address& other) const;
+    std::string Text() const;  // numeric, for logs
+  };
   struct Server {
     HostPort name;
+    Address address;
     std::unique_ptr<UpstreamPool> pool;
-    int in_flight = 0;                                  // calls in progress (least_conn)
+    bool gone = false;  // its name no longer resolves to this address: never chosen
+    int in_flight = 0;  // calls in progress (least_conn)
     std::chrono::steady_clock::time_point out_until{};  // passive: left out until then
     bool health_down = false;  // the last active check failed: out until one passes
     bool checking = false;     // an active check is in progress
@@ -66,11 +78,12 @@ class UpstreamGroup {
   void OnHealth(size_t index, const UpstreamResult& result);
   void Resolve();
   struct Resolved {
-    bool ok = false;
-    sockaddr_storage addr{};
-    socklen_t len = 0;
+    HostPort name;
+    std::vector<Address> addresses;  // empty: it did not resolve (see error)
     std::string error;
   };
+  static Resolved ResolveName(const HostPort& name);  // blocking
+  void AddServer(const HostPort& name, const Address& address);
   void ApplyResolved(const std::vector<Resolved>& resolved);
 
   event_base* base_;

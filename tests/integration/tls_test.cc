@@ -311,7 +311,7 @@ TEST_F(HttpsUpstreamTest, GroupRetriesAFailedHandshakeOnAnotherServer) {
     ASSERT_EQ(r.status, 201) << r.raw << "\nA: " << gateway_.log();
   }
   EXPECT_EQ(upstream_.requests(), 4);
-  EXPECT_NE(gateway_.log().find("taken out"), std::string::npos) << gateway_.log();
+  EXPECT_TRUE(gateway_.WaitForOutput("taken out")) << gateway_.log();
   bad.Kill(SIGKILL);
   bad.Wait();
 }

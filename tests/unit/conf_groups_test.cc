@@ -2,7 +2,9 @@
 // named groups [upstreams.NAME] that routes select.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "conf/config.h"
 
@@ -29,6 +31,23 @@ TEST(ConfigGroups, UrlAloneIsAGroupOfOne) {
   EXPECT_EQ(c.upstream.balance, "round_robin");
   EXPECT_EQ(c.upstream.resolve_interval_ms, 0);
   EXPECT_TRUE(c.upstream_groups.empty());
+}
+
+// The sample file shipped before upstream groups (conf/idemgate.toml at 8cfaf5f) still loads:
+// its url is a group of one server, with the new keys at their defaults.
+TEST(ConfigGroups, ConfigFromBeforeGroupsStillLoads) {
+  const std::string path = std::string(std::filesystem::path(__FILE__).parent_path()) +
+                           "/testdata/idemgate-before-groups.toml";
+  ConfigResult r = LoadConfig(path);
+  ASSERT_TRUE(r.ok()) << r.error;
+  const Config::Upstream& up = r.config->upstream;
+  EXPECT_EQ(up.addrs, std::vector<HostPort>{(HostPort{"127.0.0.1", 9000})});
+  EXPECT_TRUE(up.servers.empty());
+  Config::Upstream defaults = Config{}.upstream;
+  defaults.addr = up.addr;
+  defaults.addrs = up.addrs;
+  EXPECT_TRUE(up == defaults);
+  EXPECT_TRUE(r.config->upstream_groups.empty());
 }
 
 TEST(ConfigGroups, ServersAndTheirKeys) {
