@@ -112,11 +112,11 @@ def log_cost_table(results, names):
 
 
 def build_info(binary):
-    root = os.path.dirname(os.path.dirname(HERE))
     top = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(binary)), "rev-parse",
                           "--show-toplevel"], capture_output=True, text=True).stdout.strip()
-    root = top or root  # the checkout the binary was built in, when it sits inside one
-    git = lambda *a: subprocess.run(["git", "-C", root] + list(a), capture_output=True,
+    if not top:
+        return "%s (not inside a checkout: commit unknown)" % binary
+    git = lambda *a: subprocess.run(["git", "-C", top] + list(a), capture_output=True,
                                     text=True).stdout.strip()
     dirty = git("status", "--porcelain", "--", "proxy", "store", "conf", "CMakeLists.txt")
     return "%s, built from commit %s%s" % (binary, git("rev-parse", "--short", "HEAD"),
