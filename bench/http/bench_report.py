@@ -14,6 +14,7 @@ FRESH_P99_FACTOR = 2.0  # fresh p99 within 2x nginx's
 FRESH_CPU_FACTOR = 2.5  # logs off: fresh CPU/req <= 2.5x passthrough's
 LABELS = {"idemgate": "workers=1, RocksDB", "idemgate-w2": "workers=2, RocksDB",
           "idemgate-cmp": "workers=1, RocksDB, --compare-bin",
+          "idemgate-nosync": "workers=1, RocksDB, store.sync = false: the limit without the disk",
           "idemgate-pg": "workers=1, PostgreSQL, 1 instance",
           "idemgate-pg2": "workers=1 each, PostgreSQL, 2 instances"}
 

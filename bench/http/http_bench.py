@@ -46,6 +46,9 @@ def parse_args(argv):
                         "(JSON lines) log every request to a file in the temp dir; both: every "
                         "target twice, logs off and on (suffix +log), in the same rounds, and "
                         "what turning the log on costs each (default off)")
+    p.add_argument("--nosync-target", action="store_true",
+                   help="also idemgate-nosync (workers=1, store.sync = false) in the same rounds: "
+                        "the limit without the disk, to show the gap to it")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     p.add_argument("--bin", required=True, help="idemgate binary")
     p.add_argument("--compare-bin", default="",
@@ -92,11 +95,11 @@ def start_nginx_proxy(procs, tmp, values, name, logged):
 
 
 def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg=None,
-                   logged=False):
+                   logged=False, sync=None):
     port = B.free_ports(1)[0]
     store = os.path.join(tmp, "store-" + name)
     vals = {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store, "WORKERS": workers,
-            "SYNC": args.sync, "ACCESS": access_log_path(tmp, name, logged)}
+            "SYNC": sync or args.sync, "ACCESS": access_log_path(tmp, name, logged)}
     if pg:
         vals.update({"DSN": pg.dsn(), "PG_CONNECTIONS": args.pg_connections})
     conf = B.render("idemgate_pg.toml" if pg else "idemgate.toml",
@@ -269,6 +272,9 @@ def main(argv):
             if args.workers2:
                 targets.append(start_idemgate(procs, args, tmp, "idemgate-w2" + sfx, up_port, 2,
                                               logged=logged)[0])
+            if args.nosync_target:
+                targets.append(start_idemgate(procs, args, tmp, "idemgate-nosync" + sfx, up_port,
+                                              1, logged=logged, sync="false")[0])
         if args.access_log == "both":  # nginx rows first, then each mode's gateways
             targets.sort(key=lambda t: not t.name.startswith("nginx"))
         if args.backend == "postgres":

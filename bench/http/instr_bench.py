@@ -56,7 +56,7 @@ def measure(args, procs, tmp, up_port, binary, idx, logged):
                      "STORE": os.path.join(tmp, "store%d" % idx),
                      "ACCESS": os.path.join(tmp, "g%d.access.log" % idx) if logged else "off"})
     out = os.path.join(tmp, "g%d.out" % idx)
-    p = procs.start(["valgrind", "--tool=callgrind",
+    p = procs.start(["valgrind", "--tool=callgrind", "--compress-strings=no",
                      "--callgrind-out-file=" + os.path.join(tmp, "cg.out.%p"),
                      binary, "--config", conf], out)
     B.wait_line(out, "listening on", p, deadline_s=300)
