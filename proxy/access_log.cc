@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <memory>
 
 #include "common/log.h"
 
@@ -96,7 +97,8 @@ void AppendRfc3339(std::string* out, int64_t unix_ms, bool millis) {
   out->push_back('Z');
 }
 
-// Fetched once: EVP_sha256() looks the provider's implementation up again on every digest.
+// Fetched once: EVP_sha256() looks the provider's implementation up again on every digest (and
+// the context below is reused per thread for the same reason).
 const EVP_MD* Sha256Md() {
   static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
   return md;
@@ -113,12 +115,12 @@ std::string FormatRfc3339(int64_t unix_ms, bool millis) {
 std::string KeyHash(const ScopeId& scope, std::string_view key) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, Sha256Md(), nullptr);
-  EVP_DigestUpdate(ctx, scope.data(), scope.size());
-  EVP_DigestUpdate(ctx, key.data(), key.size());
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
+  thread_local std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
+                                                                          &EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), Sha256Md(), nullptr);
+  EVP_DigestUpdate(ctx.get(), scope.data(), scope.size());
+  EVP_DigestUpdate(ctx.get(), key.data(), key.size());
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out(16, '0');
   for (int i = 0; i < 8; ++i) {
