@@ -75,17 +75,19 @@ def compare_table(results, sfx):
     out = ["\n### %s (--bin) vs %s (--compare-bin), medians; paired = median of the per-round "
            "ratios\n" % (bin_name, cmp_name),
            "| scenario | cmp req/s | bin req/s | bin/cmp | paired bin/cmp | cmp/nginx | bin/nginx "
-           "| cmp p50/p99 ms | bin p50/p99 ms | cmp CPU us/req | bin CPU us/req |",
-           "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+           "| cmp p50/p99 ms | bin p50/p99 ms | cmp CPU us/req | bin CPU us/req "
+           "| cmp / bin context switches per req |",
+           "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|"]
     for sc in [s for s in SCENARIOS if (s, cmp_name) in results]:
         c, g, n = results[(sc, cmp_name)], results[(sc, bin_name)], results[(sc, base)]
         paired = statistics.median(x["rps"] / y["rps"] for x, y in zip(g, c))
         out.append("| %s | %.0f | %.0f | %.3f | %.3f | %.2fx | %.2fx | %.2f / %.2f | %.2f / %.2f "
-                   "| %.1f | %.1f |" % (
+                   "| %.1f | %.1f | %.2f / %.2f |" % (
                        sc, med(c, "rps"), med(g, "rps"), med(g, "rps") / med(c, "rps"), paired,
                        med(c, "rps") / med(n, "rps"), med(g, "rps") / med(n, "rps"),
                        med(c, "p50_us") / 1e3, med(c, "p99_us") / 1e3, med(g, "p50_us") / 1e3,
-                       med(g, "p99_us") / 1e3, med(c, "cpu_us"), med(g, "cpu_us")))
+                       med(g, "p99_us") / 1e3, med(c, "cpu_us"), med(g, "cpu_us"),
+                       med(c, "cs_per_req"), med(g, "cs_per_req")))
     return out
 
 
@@ -166,7 +168,8 @@ def fill_lines(args, filled):
            % (filled["stored"], args.connections, filled["seconds"], filled["rss"] / MIB,
               filled["hwm"] / MIB, filled["du_kib"] / MIB, met(ok)),
            "- fresh CPU us/req during the fill, per wrk run (records stored before it: req/s, "
-           "CPU us/req, load): " + "; ".join("%d: %.0f, %.1f, %s" % r for r in filled["runs"])]
+           "CPU us/req, of which RocksDB flush/compaction threads, load): "
+           + "; ".join("%d: %.0f, %.1f, %.1f, %s" % r for r in filled["runs"])]
     return out
 
 

@@ -154,6 +154,7 @@ def check(cond, msg):
 def run_one(args, tmp, target, scenario, prefix, upstream_pids):
     pids = target.pids()
     c0, u0 = B.cpu_seconds(pids), B.cpu_seconds(upstream_pids())
+    s0 = B.context_switches(pids)
     d0 = B.cpu_seconds(target.db_pids())
     if len(target.ports) > 1:
         r = wrk_spread(args, tmp, target, scenario, prefix)
@@ -162,13 +163,14 @@ def run_one(args, tmp, target, scenario, prefix, upstream_pids):
                       args.connections, args.replay_keys, log=os.path.join(tmp, "wrk.log"))
     n = max(r["requests"], 1)
     r["cpu_us"] = (B.cpu_seconds(pids) - c0) * 1e6 / n
+    r["cs_per_req"] = (B.context_switches(pids) - s0) / n
     r["up_cpu_us"] = (B.cpu_seconds(upstream_pids()) - u0) * 1e6 / n
     r["db_cpu_us"] = (B.cpu_seconds(target.db_pids()) - d0) * 1e6 / n
     r["load"] = B.loadavg()
     log("%-11s %-12s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  non2xx %d  timeouts %d  "
-        "cpu %.1f us/req  load %s" % (scenario, target.name, r["rps"], r["p50_us"] / 1e3,
+        "cpu %.1f us/req  cs %.2f/req  load %s" % (scenario, target.name, r["rps"], r["p50_us"] / 1e3,
                                       r["p99_us"] / 1e3, r["status_errors"], r["timeout"],
-                                      r["cpu_us"], r["load"]))
+                                      r["cpu_us"], r["cs_per_req"], r["load"]))
     return r
 
 
@@ -201,17 +203,19 @@ def fill(args, procs, tmp, upstream_port):
     while stored < args.fill and time.monotonic() - start < args.fill_max_seconds:
         left = args.fill - stored
         dur = 20 if rps == 0 else int(min(20, max(5, left / rps * 1.02 + 1)))
-        c0 = B.cpu_seconds([t.proc.pid])
+        c0, b0 = B.cpu_seconds([t.proc.pid]), B.background_cpu_seconds(t.proc.pid)
         r = B.run_wrk(t.port, "fresh", "fill%d" % runs, dur, args.threads, args.connections,
                       log=os.path.join(tmp, "wrk-fill.log"))
         done = r["requests"] - r["status_errors"]
         cpu = (B.cpu_seconds([t.proc.pid]) - c0) * 1e6 / max(r["requests"], 1)
-        per_run.append((stored, r["rps"], cpu, B.loadavg()))
+        bg = (B.background_cpu_seconds(t.proc.pid) - b0) * 1e6 / max(r["requests"], 1)
+        per_run.append((stored, r["rps"], cpu, bg, B.loadavg()))
         stored += done
         rps = r["rps"]
         runs += 1
-        log("fill: %d records stored (%.0f req/s, %.1f CPU us/req, RSS %.1f MiB)"
-            % (stored, rps, cpu, B.proc_status_kib(t.proc.pid, "VmRSS") / MIB))
+        log("fill: %d records stored (%.0f req/s, %.1f CPU us/req of which RocksDB background "
+            "%.1f, RSS %.1f MiB)" % (stored, rps, cpu, bg,
+                                     B.proc_status_kib(t.proc.pid, "VmRSS") / MIB))
     rss = B.proc_status_kib(t.proc.pid, "VmRSS")
     hwm = B.proc_status_kib(t.proc.pid, "VmHWM")
     du = subprocess.run(["du", "-sk", store], capture_output=True, text=True).stdout.split()[0]
