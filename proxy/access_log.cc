@@ -116,7 +116,7 @@ std::string KeyHash(const ScopeId& scope, std::string_view key) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   thread_local std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                                          &EVP_MD_CTX_free);
+                                                                           &EVP_MD_CTX_free);
   EVP_DigestInit_ex(ctx.get(), Sha256Md(), nullptr);
   EVP_DigestUpdate(ctx.get(), scope.data(), scope.size());
   EVP_DigestUpdate(ctx.get(), key.data(), key.size());

@@ -62,7 +62,7 @@ const EVP_MD* Sha256() {
 // hash cost more than hashing a request's few hundred bytes.
 EVP_MD_CTX* ThreadDigestCtx() {
   thread_local std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                                          &EVP_MD_CTX_free);
+                                                                           &EVP_MD_CTX_free);
   return ctx.get();
 }
 

@@ -1,12 +1,12 @@
 // Request ids: 32 lowercase hex digits, fresh for every request and on every thread.
+#include "proxy/request_id.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "proxy/request_id.h"
 
 namespace idemgate {
 namespace {
