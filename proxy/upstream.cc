@@ -22,10 +22,12 @@ namespace idemgate {
 
 namespace {
 constexpr size_t kMaxIdle = 256;
+// A streamed call's request body: the client is told to go on once this little is unsent.
+constexpr size_t kStreamWriteLow = 64 << 10;
 }  // namespace
 
 // One connection to the origin. Busy with at most one call at a time.
-class UpstreamConn {
+class UpstreamConn final : public StreamCall {
  public:
   explicit UpstreamConn(UpstreamPool* pool) : pool_(pool) {}
 
@@ -71,22 +73,58 @@ class UpstreamConn {
 
   void MarkIdle() { idle_since_ = std::chrono::steady_clock::now(); }
 
-  void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done) {
+  void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done,
+             StreamReceiver* receiver = nullptr) {
     request_ = std::move(request);
     limits_ = limits;
     done_ = std::move(done);
+    receiver_ = receiver;
     if (!parser_ || parser_max_ != limits.max_response_body) {
       parser_ = std::make_unique<ResponseParser>(limits.max_response_body);
       parser_max_ = limits.max_response_body;
     }
-    parser_->Begin(head);
     late_rounds_ = 0;
+    if (receiver_ != nullptr) {
+      StartStream(head);
+    } else {
+      parser_->Begin(head);
+    }
     timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
     if (connecting_) {
       timer_.Arm(CappedMs(limits.connect_timeout_ms));
     } else {
       SendRequest();
     }
+  }
+
+  // StreamCall.
+  void WriteBody(std::string_view framed) override {
+    if (!bev_ || !done_) return;
+    bufferevent_write(bev_.get(), framed.data(), framed.size());
+    if (!connecting_ && !paused_) timer_.Arm(limits_.response_timeout_ms);
+  }
+  void EndBody() override { request_ended_ = true; }
+  size_t Unsent() const override {
+    return bev_ ? evbuffer_get_length(bufferevent_get_output(bev_.get())) : 0;
+  }
+  void PauseResponse(bool paused) override {
+    if (!done_ || !bev_ || paused == paused_) return;
+    paused_ = paused;
+    if (paused) {
+      bufferevent_disable(bev_.get(), EV_READ);
+      if (!connecting_) timer_.Cancel();
+      return;
+    }
+    bufferevent_enable(bev_.get(), EV_READ);
+    if (!connecting_) timer_.Arm(limits_.response_timeout_ms);
+    StreamRead();  // what waited in the input buffer
+    if (done_ && eof_pending_ && !paused_) OnEof();
+  }
+  void Cancel() override {
+    done_ = nullptr;
+    receiver_ = nullptr;
+    timer_.Cancel();
+    Die();
   }
 
   // Shutdown: the call in progress ends now (indeterminate once connected: R4).
@@ -100,7 +138,43 @@ class UpstreamConn {
   static void EventCb(bufferevent*, short what, void* arg) {
     static_cast<UpstreamConn*>(arg)->OnEvent(what);
   }
+  static void WriteCb(bufferevent*, void* arg) {
+    auto* self = static_cast<UpstreamConn*>(arg);
+    if (self->done_ && self->receiver_) {
+      if (!self->paused_) self->timer_.Arm(self->limits_.response_timeout_ms);
+      self->receiver_->OnRequestDrained();
+    }
+  }
   void SetCallbacks() { bufferevent_setcb(bev_.get(), ReadCb, nullptr, EventCb, this); }
+
+  // A streamed call: its head goes now even while connecting (the body follows it in the same
+  // buffer), the response is parsed piece by piece, and the drained request body is reported.
+  void StartStream(bool head) {
+    parser_->Begin(head, [this](std::string_view piece) {
+      if (receiver_) receiver_->OnResponseBody(piece);
+    });
+    head_sent_ = false;
+    paused_ = false;
+    eof_pending_ = false;
+    request_ended_ = false;
+    if (!bev_) return;
+    bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
+    bufferevent_setwatermark(bev_.get(), EV_WRITE, kStreamWriteLow, 0);
+    if (connecting_) {
+      bufferevent_write(bev_.get(), request_.data(), request_.size());
+      std::string().swap(request_);
+    }
+  }
+
+  // Back to a plain pooled connection after a streamed call.
+  void EndStream() {
+    receiver_ = nullptr;
+    if (!bev_) return;
+    SetCallbacks();
+    bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);
+    if (paused_) bufferevent_enable(bev_.get(), EV_READ);
+    paused_ = false;
+  }
 
   // `ms`, or less when the call's deadline comes sooner.
   int64_t CappedMs(int64_t ms) const {
@@ -133,7 +207,32 @@ class UpstreamConn {
       Die();
       return;
     }
+    if (receiver_) return StreamRead();
     FeedParser(in, *parser_);
+    Progress(evbuffer_get_length(in) > 0);
+  }
+
+  // A streamed response: the head once parsed, the body as it comes (the parser hands its pieces
+  // to the receiver), until the receiver pauses reading or the response is complete.
+  void StreamRead() {
+    if (paused_ || !done_) return;
+    evbuffer* in = bufferevent_get_input(bev_.get());
+    while (evbuffer_get_length(in) > 0 && !paused_ && parser_->error_free() &&
+           !parser_->message_complete()) {
+      size_t len = evbuffer_get_contiguous_space(in);
+      const char* data = reinterpret_cast<const char*>(evbuffer_pullup(in, len));
+      size_t used = parser_->Feed(data, len);
+      evbuffer_drain(in, used);
+      if (!done_) return;  // cancelled by the receiver
+      if (parser_->headers_complete() && !head_sent_) {
+        head_sent_ = true;
+        receiver_->OnResponseHead(parser_->TakeHead());
+        if (!done_) return;
+        continue;
+      }
+      if (used < len) break;
+    }
+    if (paused_ && parser_->error_free() && !parser_->message_complete()) return;
     Progress(evbuffer_get_length(in) > 0);
   }
 
@@ -150,7 +249,8 @@ class UpstreamConn {
     result.response = parser_->TakeResponse();
     // An answer that came before the whole request left (an early 413, say) leaves the rest of
     // the request queued: on reuse the upstream would read it as the start of the next request.
-    bool unsent = evbuffer_get_length(bufferevent_get_output(bev_.get())) > 0;
+    bool unsent = evbuffer_get_length(bufferevent_get_output(bev_.get())) > 0 ||
+                  (receiver_ != nullptr && !request_ended_);
     bool reusable = result.response.keep_alive && !leftover && !eof_ && !unsent;
     Finish(std::move(result), reusable);
   }
@@ -171,21 +271,30 @@ class UpstreamConn {
       eof_ = true;
       OnRead();  // anything still buffered
       if (!done_) return;
-      // Over TLS only close_notify proves the peer ended the stream: a bare TCP close may be a
-      // cut, and a close-delimited body it "completes" may be truncated (indeterminate, R4).
-      if (!CleanTlsClose()) {
-        return Fail(UpstreamError::kFailed,
-                    "TLS upstream closed the connection without close_notify before a complete "
-                    "response; what arrived may be truncated");
+      if (paused_) {  // the client is behind: the end is handled once the rest is read
+        eof_pending_ = true;
+        return;
       }
-      parser_->FeedEof();
-      if (parser_->message_complete() || parser_->error() != ParseError::kNone) {
-        return Progress(false);
-      }
-      return Fail(UpstreamError::kFailed, "upstream closed the connection before responding");
+      return OnEof();
     }
     Fail(UpstreamError::kFailed,
          std::string("upstream connection error: ") + strerror(EVUTIL_SOCKET_ERROR()));
+  }
+
+  void OnEof() {
+    eof_pending_ = false;
+    // Over TLS only close_notify proves the peer ended the stream: a bare TCP close may be a
+    // cut, and a close-delimited body it "completes" may be truncated (indeterminate, R4).
+    if (!CleanTlsClose()) {
+      return Fail(UpstreamError::kFailed,
+                  "TLS upstream closed the connection without close_notify before a complete "
+                  "response; what arrived may be truncated");
+    }
+    parser_->FeedEof();
+    if (parser_->message_complete() || parser_->error() != ParseError::kNone) {
+      return Progress(false);
+    }
+    Fail(UpstreamError::kFailed, "upstream closed the connection before responding");
   }
 
   // True for plain TCP, and for TLS when the peer sent close_notify.
@@ -197,6 +306,10 @@ class UpstreamConn {
 
   void OnTimeout() {
     if (connecting_) return Fail(UpstreamError::kUnavailable, "connect timeout");
+    if (receiver_) {
+      return Fail(UpstreamError::kTimeout,
+                  "no byte to or from the upstream within upstream.response_timeout");
+    }
     // After a pause (SIGSTOP, a stalled VM) the timer and the answer are due together, and the
     // timer may run first (epoll_wait returns EINTR on SIGCONT, so the loop handles timers
     // before it polls). What already arrived is read before a timeout is declared: the timer
@@ -231,6 +344,7 @@ class UpstreamConn {
     timer_.Cancel();
     UpstreamCallback done = std::move(done_);
     done_ = nullptr;
+    if (receiver_) EndStream();
     if (reusable) {
       pool_->OnConnIdle(this);
     } else {
@@ -252,6 +366,11 @@ class UpstreamConn {
   std::string request_;
   bool connecting_ = false;
   bool eof_ = false;
+  StreamReceiver* receiver_ = nullptr;  // a streamed call's (null otherwise)
+  bool head_sent_ = false;              // streamed: the response head went to the receiver
+  bool paused_ = false;                 // streamed: reading stopped for a slow client
+  bool eof_pending_ = false;            // streamed: EOF came while paused
+  bool request_ended_ = false;          // streamed: the request's body was all written
   uint64_t late_rounds_ = 0;  // timer turns spent reading what arrived by the timeout
   UpstreamLimits limits_;
   UpstreamCallback done_;
@@ -305,6 +424,21 @@ void UpstreamPool::Send(std::string request, bool head_request, const UpstreamLi
   UpstreamConn* raw = conn.get();
   busy_.push_back(std::move(conn));
   raw->Start(std::move(request), head_request, limits, std::move(done));
+}
+
+StreamCall* UpstreamPool::SendStream(std::string head, bool head_request,
+                                     const UpstreamLimits& limits, StreamReceiver* receiver,
+                                     UpstreamCallback done) {
+  std::unique_ptr<UpstreamConn> conn = TakeIdle(limits.idle_timeout_ms);
+  UpstreamLimits use = limits;
+  if (!conn) {
+    conn = std::make_unique<UpstreamConn>(this);
+    if (!conn->Connect()) use = UpstreamLimits{0, 0, 0};  // reported on the next loop turn
+  }
+  UpstreamConn* raw = conn.get();
+  busy_.push_back(std::move(conn));
+  raw->Start(std::move(head), head_request, use, std::move(done), receiver);
+  return raw;
 }
 
 void UpstreamPool::OnConnIdle(UpstreamConn* conn) {

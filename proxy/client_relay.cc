@@ -1,0 +1,290 @@
+// Relaying a passthrough request (one the gateway does not guard): its body goes upstream as it
+// is read, and the answer comes back to the client as it arrives, chunk by chunk for an event
+// stream. Nothing is stored, so nothing is buffered whole: each direction stops reading while
+// the other side has more than kRelayHigh bytes queued, which bounds a connection's memory.
+#include <chrono>
+#include <cstdio>
+
+#include "proxy/access_log.h"
+#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
+#include "proxy/request_id.h"
+#include "proxy/worker.h"
+
+namespace idemgate {
+
+namespace {
+// Queued bytes on the side being written above which the other side is no longer read, and
+// below which it is read again.
+constexpr size_t kRelayHigh = 256 << 10;
+constexpr size_t kRelayLow = 64 << 10;
+constexpr char kLastChunk[] = "0\r\n\r\n";
+constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+int64_t NowUs() {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+// An `Upgrade: websocket` request: refused, since the gateway does not tunnel.
+bool AsksForWebSocket(const Request& request) {
+  for (const Header& h : request.headers) {
+    if (!HeaderNameEquals(h.name, "Upgrade")) continue;
+    std::string_view rest = h.value;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view token = TrimOws(rest.substr(0, comma));
+      if (token.size() >= 9 && HeaderNameEquals(token.substr(0, 9), "websocket")) return true;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  return false;
+}
+
+// One chunk of a chunked body.
+void AddChunk(evbuffer* out, std::string_view piece) {
+  if (piece.empty()) return;  // an empty chunk would end the body
+  char size_line[24];
+  int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
+  evbuffer_add(out, size_line, static_cast<size_t>(n));
+  evbuffer_add(out, piece.data(), piece.size());
+  evbuffer_add(out, "\r\n", 2);
+}
+
+ErrorCode ErrorFor(UpstreamError error) {
+  switch (error) {
+    case UpstreamError::kUnavailable:
+      return ErrorCode::kUpstreamUnavailable;
+    case UpstreamError::kTimeout:
+      return ErrorCode::kUpstreamTimeout;
+    default:
+      return ErrorCode::kUpstreamFailed;
+  }
+}
+}  // namespace
+
+// The headers are in: a passthrough request is relayed (no body limit of the gateway's own);
+// any other is read whole, within limits.max_request_body, for its exchange. False when the
+// request was answered here (refused, or its Content-Length is over the limit).
+bool ClientConn::DecideBody() {
+  const Request& head = parser_->request();
+  if (AsksForWebSocket(head)) {
+    RespondError(ErrorCode::kBadRequest,
+                 "WebSocket (Upgrade: websocket) is not relayed by this gateway; it proxies "
+                 "HTTP/1.1 requests only. Connect to the upstream directly for WebSocket.");
+    return false;
+  }
+  if (!IsPassthroughRequest(*parser_config_, head)) {
+    if (parser_->DecideBody(parser_config_->limits.max_request_body, nullptr)) return true;
+    RespondError(ErrorCodeFor(parser_->error()), parser_->error_detail());
+    return false;
+  }
+  parser_->DecideBody(0, [this](std::string_view piece) { RelayRequestBody(piece); });
+  StartRelay();
+  return true;
+}
+
+void ClientConn::StartRelay() {
+  timer_.Cancel();  // from here the upstream call's timeouts apply
+  state_ = State::kRelaying;
+  const Config& config = *parser_config_;
+  Request head = parser_->request();
+  relay_ = Relay{};
+  relay_.started_us = NowUs();
+  relay_.chunked_up = head.chunked;
+  relay_.request_id = AssignRequestId(&head);
+  relay_.method = head.method;
+  relay_.path = std::string(head.Path());
+  close_after_ = !head.keep_alive || worker_->draining();
+  head_request_ = head.method == "HEAD";
+  http10_ = head.http_minor == 0;
+  UpstreamLimits limits;
+  limits.connect_timeout_ms = config.upstream.connect_timeout_ms;
+  limits.response_timeout_ms = config.upstream.response_timeout_ms;
+  limits.max_response_body = UINT64_MAX;  // relayed, not stored: no limit of the gateway's own
+  limits.idle_timeout_ms = config.upstream.idle_timeout_ms;
+  std::string bytes = SerializeUpstreamRequestHead(head, peer_ip_, tls_ ? "https" : "http",
+                                                   UpstreamHost(config.upstream));
+  relay_.call = worker_->upstream().SendStream(
+      std::move(bytes), head_request_, limits, this,
+      [this](UpstreamResult result) { OnRelayDone(std::move(result)); });
+  if (head.expect_continue && !parser_->message_complete()) {
+    continue_sent_ = true;
+    bufferevent_write(bev_.get(), kContinue, sizeof(kContinue) - 1);
+  }
+}
+
+void ClientConn::RelayRequestBody(std::string_view piece) {
+  if (relay_.call == nullptr) return;  // the answer is over already: the rest is dropped
+  if (!relay_.chunked_up) return relay_.call->WriteBody(piece);
+  if (piece.empty()) return;
+  char size_line[24];
+  int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
+  relay_.call->WriteBody(std::string_view(size_line, static_cast<size_t>(n)));
+  relay_.call->WriteBody(piece);
+  relay_.call->WriteBody("\r\n");
+}
+
+void ClientConn::RelayRequestEnd() {
+  relay_.request_done = true;
+  if (relay_.call != nullptr) {
+    if (relay_.chunked_up) relay_.call->WriteBody(std::string_view(kLastChunk, 5));
+    relay_.call->EndBody();
+  }
+  // Ready for the next request; its bytes wait in the input buffer until this answer is out.
+  parser_->TakeRequest();
+  if (relay_.client_paused) {
+    relay_.client_paused = false;
+    bufferevent_enable(bev_.get(), EV_READ);
+  }
+}
+
+// The upstream takes the body slower than the client sends it: stop reading the client.
+void ClientConn::CheckUpstreamBacklog() {
+  if (relay_.call == nullptr || relay_.client_paused) return;
+  if (relay_.call->Unsent() <= kRelayHigh) return;
+  relay_.client_paused = true;
+  bufferevent_disable(bev_.get(), EV_READ);
+}
+
+void ClientConn::OnRequestDrained() {
+  if (!relay_.client_paused || state_ != State::kRelaying) return;
+  relay_.client_paused = false;
+  bufferevent_enable(bev_.get(), EV_READ);
+  ProcessInput();
+}
+
+void ClientConn::OnResponseHead(Response head) {
+  relay_.upstream_status = head.status;
+  relay_.status = head.status;
+  StoredResponse stored = ToStoredResponse(head, head_request_);
+  const bool no_body = head_request_ || head.status == 204 || head.status == 304;
+  BodyFraming framing = no_body                                           ? BodyFraming::kNone
+                        : (head.content_length >= 0 && !head.chunked)     ? BodyFraming::kLength
+                        : http10_                                         ? BodyFraming::kClose
+                                                                          : BodyFraming::kChunked;
+  // The connection cannot carry another request after a close-delimited body, nor after an
+  // answer that came before the whole request was read.
+  if (framing == BodyFraming::kClose || !relay_.request_done || read_eof_ ||
+      worker_->draining()) {
+    close_after_ = true;
+  }
+  ConnectionHeader connection = close_after_ ? ConnectionHeader::kClose
+                                : http10_    ? ConnectionHeader::kKeepAlive
+                                             : ConnectionHeader::kNone;
+  std::string bytes =
+      SerializeStreamedResponseHead(stored, framing, head.content_length, connection);
+  bufferevent_write(bev_.get(), bytes.data(), bytes.size());
+  relay_.framing = framing;
+  relay_.head_sent = true;
+  bufferevent_setwatermark(bev_.get(), EV_WRITE, kRelayLow, 0);
+}
+
+void ClientConn::OnResponseBody(std::string_view piece) {
+  evbuffer* out = bufferevent_get_output(bev_.get());
+  if (relay_.framing == BodyFraming::kChunked) {
+    AddChunk(out, piece);
+  } else {
+    evbuffer_add(out, piece.data(), piece.size());
+  }
+  relay_.bytes_out += piece.size();
+  // The client reads slower than the upstream sends: stop reading the upstream until it caught
+  // up (OnRelayWritten), so at most about kRelayHigh waits here per connection.
+  if (!relay_.upstream_paused && relay_.call != nullptr && evbuffer_get_length(out) > kRelayHigh) {
+    relay_.upstream_paused = true;
+    relay_.call->PauseResponse(true);
+  }
+}
+
+// The client's output went below kRelayLow (or empty, before the head).
+void ClientConn::OnRelayWritten() {
+  if (!relay_.upstream_paused || relay_.call == nullptr) return;
+  relay_.upstream_paused = false;
+  relay_.call->PauseResponse(false);
+}
+
+void ClientConn::OnRelayDone(UpstreamResult result) {
+  relay_.call = nullptr;
+  if (relay_.client_paused) {  // nothing more goes upstream; the rest is read and dropped
+    relay_.client_paused = false;
+    bufferevent_enable(bev_.get(), EV_READ);
+  }
+  relay_.upstream_us = NowUs() - relay_.started_us;
+  relay_.upstream_error = result.error;
+  if (result.error == UpstreamError::kNone) return FinishRelay(true);
+  relay_.error_detail = result.detail;
+  if (relay_.head_sent) return FinishRelay(false);  // cut: the client sees a truncated body
+  // Nothing of the answer went out: the gateway's error answer, as on the buffered path.
+  ErrorCode code = ErrorFor(result.error);
+  relay_.error = code;
+  if (!relay_.request_done) close_after_ = true;
+  StoredResponse response = MakeErrorResponse(code);
+  relay_.status = response.status;
+  relay_.bytes_out = response.body.size();
+  RecordRelay(false);
+  SendResponse(std::make_shared<const StoredResponse>(std::move(response)), false);
+}
+
+// The answer's last byte is queued (`clean`) or the upstream failed in the middle of it: the
+// connection goes on to the next request, or closes once what is queued is written.
+void ClientConn::FinishRelay(bool clean) {
+  evbuffer* out = bufferevent_get_output(bev_.get());
+  if (clean && relay_.framing == BodyFraming::kChunked) evbuffer_add(out, kLastChunk, 5);
+  if (!clean || !relay_.request_done) close_after_ = true;
+  RecordRelay(false);
+  bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);  // WriteCb: all of it written
+  bool close = close_after_ || read_eof_ || worker_->draining();
+  state_ = close ? State::kClosing : State::kWriting;
+  if (evbuffer_get_length(out) == 0) event_active(resume_.get(), 0, 0);
+}
+
+// The client's request broke off mid-body (malformed chunking): the call is cut; the client
+// gets the error if nothing of the answer went out yet, otherwise a cut connection.
+void ClientConn::AbortRelay(ErrorCode code, const std::string& detail) {
+  if (relay_.call != nullptr) {
+    relay_.call->Cancel();
+    relay_.call = nullptr;
+  }
+  relay_.error = code;
+  relay_.error_detail = detail;
+  relay_.upstream_error = UpstreamError::kFailed;
+  relay_.upstream_us = NowUs() - relay_.started_us;
+  if (relay_.head_sent) {
+    RecordRelay(false);
+    return Close(CloseReason::kSocketError);
+  }
+  relay_.recorded = true;  // RespondError counts and logs it
+  bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);
+  RespondError(code, detail);
+}
+
+void ClientConn::RecordRelay(bool client_closed) {
+  if (relay_.recorded) return;
+  relay_.recorded = true;
+  ExchangeSample sample;
+  sample.outcome = Outcome::kPassthrough;
+  sample.error = relay_.error;
+  sample.upstream_status = relay_.upstream_status;
+  sample.upstream_error = relay_.upstream_error;
+  sample.total_us = NowUs() - relay_.started_us;
+  sample.upstream_us = relay_.upstream_us;
+  if (!worker_->WantsAccessEntry()) return worker_->RecordExchange(sample, nullptr);
+  AccessEntry entry;
+  entry.time = std::chrono::system_clock::now();
+  entry.method = relay_.method;
+  entry.path = relay_.path;
+  entry.client_ip = peer_ip_;
+  entry.request_id = relay_.request_id;
+  entry.status = relay_.status;
+  entry.outcome = OutcomeName(Outcome::kPassthrough);
+  entry.error = relay_.error;
+  entry.error_detail = relay_.error_detail;
+  entry.total_us = sample.total_us;
+  entry.upstream_us = relay_.upstream_us;
+  entry.bytes_out = relay_.bytes_out;
+  entry.client_closed = client_closed;
+  worker_->RecordExchange(sample, &entry);
+}
+
+}  // namespace idemgate
