@@ -217,6 +217,7 @@ class UpstreamConn final : public StreamCall {
   void StreamRead() {
     if (paused_ || !done_) return;
     evbuffer* in = bufferevent_get_input(bev_.get());
+    if (evbuffer_get_length(in) > 0) timer_.Arm(limits_.response_timeout_ms);  // it is alive
     while (evbuffer_get_length(in) > 0 && !paused_ && parser_->error_free() &&
            !parser_->message_complete()) {
       size_t len = evbuffer_get_contiguous_space(in);
@@ -224,7 +225,7 @@ class UpstreamConn final : public StreamCall {
       size_t used = parser_->Feed(data, len);
       evbuffer_drain(in, used);
       if (!done_) return;  // cancelled by the receiver
-      if (parser_->headers_complete() && !head_sent_) {
+      if (parser_->headers_complete() && !head_sent_ && parser_->error_free()) {
         head_sent_ = true;
         receiver_->OnResponseHead(parser_->TakeHead());
         if (!done_) return;

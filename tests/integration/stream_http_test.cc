@@ -280,6 +280,32 @@ TEST_F(StreamTest, EventStreamEventsArriveOneByOne) {
   EXPECT_NE(got.find("data: event 2\n\n"), std::string::npos) << got;
 }
 
+// upstream.response_timeout bounds the silence on a relayed answer, not its length: a stream
+// whose events come more often than the timeout runs past it whole.
+TEST_F(StreamTest, EventStreamLongerThanTheResponseTimeoutRunsToItsEnd) {
+  constexpr int kEvents = 10;
+  RawOrigin origin([&](int fd, std::string, std::string) {
+    SendAll(fd,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < kEvents; ++i) {
+      std::this_thread::sleep_for(250ms);  // a live stream's pace: 2.5 s in all, 1 s timeout
+      SendAll(fd, "f\r\ndata: event " + std::to_string(i) + "\n\n\r\n");
+    }
+    SendAll(fd, "0\r\n\r\n");
+  });
+  UseOrigin(origin);
+  Set("upstream", "response_timeout", "\"1s\"");
+  Set("idempotency", "lease", "\"30s\"");
+  StartGateway();
+  TestClient client(port_);
+  HttpResponse r = client.Request("GET", "/v1/events", {}, {}, 20s);
+  ASSERT_EQ(r.status, 200) << r.error << " " << r.raw;
+  for (int i = 0; i < kEvents; ++i) {
+    EXPECT_NE(r.body.find("data: event " + std::to_string(i) + "\n\n"), std::string::npos) << i;
+  }
+}
+
 // WebSocket is not tunnelled: the upgrade is refused with a clear JSON error and nothing goes
 // upstream (formerly the Upgrade header was dropped and the request relayed as plain HTTP).
 TEST_F(StreamTest, WebSocketUpgradeIsRefusedWithAClearError) {
