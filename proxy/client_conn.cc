@@ -176,7 +176,10 @@ void ClientConn::OnParsed() {
     timer_.Arm(client_timeout_ms_);  // from the request's first byte
   }
   if (parser_->headers_complete() && !parser_->body_decided()) {
-    if (DecideBody()) ProcessInput();  // the body (or the rest of the relay) follows
+    if (!DecideBody()) return;
+    ProcessInput();  // the body (or the rest of the relay) follows
+    // A relayed request goes upstream with as much of its body as came with its head.
+    if (state_ == State::kRelaying && !relay_.call_started) StartRelayCall();
     return;
   }
   if (state_ == State::kRelaying) {

@@ -43,6 +43,7 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   void OnResponseHead(Response head) override;
   void OnResponseBody(std::string_view piece) override;
   void OnRequestDrained() override;
+  void OnResponseFlush() override;
 
  private:
   enum class State {
@@ -77,6 +78,10 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   // Relaying (client_relay.cc).
   struct Relay {
     StreamCall* call = nullptr;  // until the upstream call ends
+    bool call_started = false;   // before: the head and the body read so far wait in `up`
+    std::string up;              // the request's head (and body) not yet handed to the call
+    std::string out;             // answer bytes gathered for one direct write to the client
+    UpstreamLimits limits;
     bool request_done = false;   // the request's body was all read and relayed
     bool chunked_up = false;     // its body goes upstream chunked
     bool head_sent = false;      // the answer's head was queued to the client
@@ -95,6 +100,9 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   };
   bool DecideBody();
   void StartRelay();
+  void StartRelayCall();
+  void QueueOut(std::string_view bytes);
+  void FlushOut();
   void RelayRequestBody(std::string_view piece);
   void RelayRequestEnd();
   void CheckUpstreamBacklog();

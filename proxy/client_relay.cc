@@ -2,6 +2,8 @@
 // is read, and the answer comes back to the client as it arrives, chunk by chunk for an event
 // stream. Nothing is stored, so nothing is buffered whole: each direction stops reading while
 // the other side has more than kRelayHigh bytes queued, which bounds a connection's memory.
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -40,16 +42,6 @@ bool AsksForWebSocket(const Request& request) {
     }
   }
   return false;
-}
-
-// One chunk of a chunked body.
-void AddChunk(evbuffer* out, std::string_view piece) {
-  if (piece.empty()) return;  // an empty chunk would end the body
-  char size_line[24];
-  int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
-  evbuffer_add(out, size_line, static_cast<size_t>(n));
-  evbuffer_add(out, piece.data(), piece.size());
-  evbuffer_add(out, "\r\n", 2);
 }
 
 ErrorCode ErrorFor(UpstreamError error) {
@@ -99,36 +91,49 @@ void ClientConn::StartRelay() {
   close_after_ = !head.keep_alive || worker_->draining();
   head_request_ = head.method == "HEAD";
   http10_ = head.http_minor == 0;
-  UpstreamLimits limits;
-  limits.connect_timeout_ms = config.upstream.connect_timeout_ms;
-  limits.response_timeout_ms = config.upstream.response_timeout_ms;
-  limits.max_response_body = UINT64_MAX;  // relayed, not stored: no limit of the gateway's own
-  limits.idle_timeout_ms = config.upstream.idle_timeout_ms;
-  std::string bytes = SerializeUpstreamRequestHead(head, peer_ip_, tls_ ? "https" : "http",
-                                                   UpstreamHost(config.upstream));
-  relay_.call = worker_->upstream().SendStream(
-      std::move(bytes), head_request_, limits, this,
-      [this](UpstreamResult result) { OnRelayDone(std::move(result)); });
+  relay_.limits.connect_timeout_ms = config.upstream.connect_timeout_ms;
+  relay_.limits.response_timeout_ms = config.upstream.response_timeout_ms;
+  relay_.limits.max_response_body = UINT64_MAX;  // relayed, not stored: no cap of its own
+  relay_.limits.idle_timeout_ms = config.upstream.idle_timeout_ms;
+  relay_.up = SerializeUpstreamRequestHead(head, peer_ip_, tls_ ? "https" : "http",
+                                           UpstreamHost(config.upstream));
   if (head.expect_continue && !parser_->message_complete()) {
     continue_sent_ = true;
     bufferevent_write(bev_.get(), kContinue, sizeof(kContinue) - 1);
   }
 }
 
+// The head and what came of the body with it go in one write (a small request: all of it).
+void ClientConn::StartRelayCall() {
+  relay_.call_started = true;
+  relay_.call = worker_->upstream().SendStream(
+      std::move(relay_.up), head_request_, relay_.limits, this,
+      [this](UpstreamResult result) { OnRelayDone(std::move(result)); });
+  std::string().swap(relay_.up);
+  if (relay_.request_done) relay_.call->EndBody();
+  CheckUpstreamBacklog();
+}
+
 void ClientConn::RelayRequestBody(std::string_view piece) {
-  if (relay_.call == nullptr) return;  // the answer is over already: the rest is dropped
-  if (!relay_.chunked_up) return relay_.call->WriteBody(piece);
+  if (relay_.call_started && relay_.call == nullptr) return;  // answered: the rest is dropped
+  auto write = [this](std::string_view bytes) {
+    if (relay_.call_started) return relay_.call->WriteBody(bytes);
+    relay_.up.append(bytes);
+  };
+  if (!relay_.chunked_up) return write(piece);
   if (piece.empty()) return;
   char size_line[24];
   int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
-  relay_.call->WriteBody(std::string_view(size_line, static_cast<size_t>(n)));
-  relay_.call->WriteBody(piece);
-  relay_.call->WriteBody("\r\n");
+  write(std::string_view(size_line, static_cast<size_t>(n)));
+  write(piece);
+  write("\r\n");
 }
 
 void ClientConn::RelayRequestEnd() {
   relay_.request_done = true;
-  if (relay_.call != nullptr) {
+  if (!relay_.call_started) {
+    if (relay_.chunked_up) relay_.up.append(kLastChunk, 5);
+  } else if (relay_.call != nullptr) {
     if (relay_.chunked_up) relay_.call->WriteBody(std::string_view(kLastChunk, 5));
     relay_.call->EndBody();
   }
@@ -173,24 +178,59 @@ void ClientConn::OnResponseHead(Response head) {
   ConnectionHeader connection = close_after_ ? ConnectionHeader::kClose
                                 : http10_    ? ConnectionHeader::kKeepAlive
                                              : ConnectionHeader::kNone;
-  std::string bytes =
-      SerializeStreamedResponseHead(stored, framing, head.content_length, connection);
-  bufferevent_write(bev_.get(), bytes.data(), bytes.size());
+  QueueOut(SerializeStreamedResponseHead(stored, framing, head.content_length, connection));
   relay_.framing = framing;
   relay_.head_sent = true;
   bufferevent_setwatermark(bev_.get(), EV_WRITE, kRelayLow, 0);
 }
 
 void ClientConn::OnResponseBody(std::string_view piece) {
-  evbuffer* out = bufferevent_get_output(bev_.get());
-  if (relay_.framing == BodyFraming::kChunked) {
-    AddChunk(out, piece);
-  } else {
-    evbuffer_add(out, piece.data(), piece.size());
-  }
   relay_.bytes_out += piece.size();
+  if (relay_.framing != BodyFraming::kChunked) return QueueOut(piece);
+  if (piece.empty()) return;  // an empty chunk would end the body
+  char size_line[24];
+  int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
+  QueueOut(std::string_view(size_line, static_cast<size_t>(n)));
+  QueueOut(piece);
+  QueueOut("\r\n");
+}
+
+// While nothing waits in the output buffer, answer bytes gather in relay_.out for one direct
+// write (no EPOLLOUT round trip: a small answer leaves in one send); behind a slow client they
+// go to the buffer, where the back-pressure check sees them.
+void ClientConn::QueueOut(std::string_view bytes) {
+  evbuffer* out = bufferevent_get_output(bev_.get());
+  if (tls_ || evbuffer_get_length(out) > 0) {
+    evbuffer_add(out, bytes.data(), bytes.size());
+  } else {
+    relay_.out.append(bytes);
+    if (relay_.out.size() < kRelayLow) return;
+    FlushOut();
+  }
   // The client reads slower than the upstream sends: stop reading the upstream until it caught
   // up (OnRelayWritten), so at most about kRelayHigh waits here per connection.
+  if (!relay_.upstream_paused && relay_.call != nullptr && evbuffer_get_length(out) > kRelayHigh) {
+    relay_.upstream_paused = true;
+    relay_.call->PauseResponse(true);
+  }
+}
+
+void ClientConn::FlushOut() {
+  if (relay_.out.empty()) return;
+  evbuffer* out = bufferevent_get_output(bev_.get());
+  size_t sent = 0;
+  if (evbuffer_get_length(out) == 0) {
+    ssize_t n = send(bufferevent_getfd(bev_.get()), relay_.out.data(), relay_.out.size(),
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) sent = static_cast<size_t>(n);
+  }
+  if (sent < relay_.out.size()) evbuffer_add(out, relay_.out.data() + sent, relay_.out.size() - sent);
+  relay_.out.clear();
+}
+
+void ClientConn::OnResponseFlush() {
+  FlushOut();
+  evbuffer* out = bufferevent_get_output(bev_.get());
   if (!relay_.upstream_paused && relay_.call != nullptr && evbuffer_get_length(out) > kRelayHigh) {
     relay_.upstream_paused = true;
     relay_.call->PauseResponse(true);
@@ -229,8 +269,10 @@ void ClientConn::OnRelayDone(UpstreamResult result) {
 // The answer's last byte is queued (`clean`) or the upstream failed in the middle of it: the
 // connection goes on to the next request, or closes once what is queued is written.
 void ClientConn::FinishRelay(bool clean) {
+  if (clean && relay_.framing == BodyFraming::kChunked) QueueOut(kLastChunk);
+  FlushOut();
+  std::string().swap(relay_.out);  // an idle connection keeps no buffer
   evbuffer* out = bufferevent_get_output(bev_.get());
-  if (clean && relay_.framing == BodyFraming::kChunked) evbuffer_add(out, kLastChunk, 5);
   if (!clean || !relay_.request_done) close_after_ = true;
   RecordRelay(false);
   bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);  // WriteCb: all of it written

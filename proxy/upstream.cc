@@ -233,7 +233,10 @@ class UpstreamConn final : public StreamCall {
       }
       if (used < len) break;
     }
-    if (paused_ && parser_->error_free() && !parser_->message_complete()) return;
+    if (parser_->error_free() && !parser_->message_complete()) {
+      if (receiver_ != nullptr) receiver_->OnResponseFlush();
+      return;
+    }
     Progress(evbuffer_get_length(in) > 0);
   }
 

@@ -56,6 +56,9 @@ class StreamReceiver {
   virtual void OnResponseBody(std::string_view piece) = 0;  // decoded (chunks unwrapped)
   // The request body written so far has (mostly) left: more may be written.
   virtual void OnRequestDrained() = 0;
+  // What arrived so far was handed on and the response is not over: send it on now (pieces
+  // may be gathered until this, to be written together).
+  virtual void OnResponseFlush() = 0;
 };
 
 // A streamed call in progress, valid until its `done` ran or Cancel was called. The request's

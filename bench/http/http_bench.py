@@ -205,7 +205,7 @@ def stream_rounds(args, targets, results):
 def stream_table(args, results, names):
     out = ["\n### stream: 64 MiB passthrough GET (origin nginx static file -> target -> curl to "
            "/dev/null), %d GETs per target per round, median of round medians\n" % STREAM_GETS,
-           "| target | MiB/s | vs nginx | failed GETs | VmHWM after (MiB) |",
+           "| target | MiB/s | vs nginx | failed GETs | VmHWM after all rounds (MiB) |",
            "|---|---:|---:|---:|---:|"]
     base = statistics.median(r["mibps"] for r in results[(STREAM, "nginx")])
     for name in names:
