@@ -82,12 +82,13 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
     std::string up;              // the request's head (and body) not yet handed to the call
     std::string out;             // answer bytes gathered for one direct write to the client
     UpstreamLimits limits;
-    bool request_done = false;   // the request's body was all read and relayed
-    bool chunked_up = false;     // its body goes upstream chunked
-    bool head_sent = false;      // the answer's head was queued to the client
+    bool request_done = false;  // the request's body was all read and relayed
+    bool chunked_up = false;    // its body goes upstream chunked
+    bool head_sent = false;     // the answer's head was queued to the client
     BodyFraming framing = BodyFraming::kNone;
     bool client_paused = false;    // reading from the client stopped: the upstream is behind
     bool upstream_paused = false;  // reading from the upstream stopped: the client is behind
+    bool write_low_set = false;    // the output's low watermark is set (back-pressure seen)
     bool recorded = false;         // counted and logged
     std::string method, path, request_id, error_detail;
     int status = 0;
@@ -103,6 +104,7 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   void StartRelayCall();
   void QueueOut(std::string_view bytes);
   void FlushOut();
+  void PauseUpstreamIfBehind();
   void RelayRequestBody(std::string_view piece);
   void RelayRequestEnd();
   void CheckUpstreamBacklog();

@@ -81,7 +81,7 @@ void ClientConn::StartRelay() {
   timer_.Cancel();  // from here the upstream call's timeouts apply
   state_ = State::kRelaying;
   const Config& config = *parser_config_;
-  Request head = parser_->request();
+  Request& head = parser_->mutable_request();  // dropped with the parser's next request
   relay_ = Relay{};
   relay_.started_us = NowUs();
   relay_.chunked_up = head.chunked;
@@ -116,17 +116,16 @@ void ClientConn::StartRelayCall() {
 
 void ClientConn::RelayRequestBody(std::string_view piece) {
   if (relay_.call_started && relay_.call == nullptr) return;  // answered: the rest is dropped
-  auto write = [this](std::string_view bytes) {
-    if (relay_.call_started) return relay_.call->WriteBody(bytes);
-    relay_.up.append(bytes);
-  };
-  if (!relay_.chunked_up) return write(piece);
-  if (piece.empty()) return;
+  if (relay_.chunked_up && piece.empty()) return;  // an empty chunk would end the body
   char size_line[24];
-  int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
-  write(std::string_view(size_line, static_cast<size_t>(n)));
-  write(piece);
-  write("\r\n");
+  std::string_view prefix, suffix;
+  if (relay_.chunked_up) {
+    int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", piece.size());
+    prefix = std::string_view(size_line, static_cast<size_t>(n));
+    suffix = "\r\n";
+  }
+  if (relay_.call_started) return relay_.call->WriteBody(prefix, piece, suffix);
+  relay_.up.append(prefix).append(piece).append(suffix);
 }
 
 void ClientConn::RelayRequestEnd() {
@@ -134,7 +133,7 @@ void ClientConn::RelayRequestEnd() {
   if (!relay_.call_started) {
     if (relay_.chunked_up) relay_.up.append(kLastChunk, 5);
   } else if (relay_.call != nullptr) {
-    if (relay_.chunked_up) relay_.call->WriteBody(std::string_view(kLastChunk, 5));
+    if (relay_.chunked_up) relay_.call->WriteBody({}, kLastChunk);
     relay_.call->EndBody();
   }
   // Ready for the next request; its bytes wait in the input buffer until this answer is out.
@@ -165,14 +164,13 @@ void ClientConn::OnResponseHead(Response head) {
   relay_.status = head.status;
   StoredResponse stored = ToStoredResponse(head, head_request_);
   const bool no_body = head_request_ || head.status == 204 || head.status == 304;
-  BodyFraming framing = no_body                                           ? BodyFraming::kNone
-                        : (head.content_length >= 0 && !head.chunked)     ? BodyFraming::kLength
-                        : http10_                                         ? BodyFraming::kClose
-                                                                          : BodyFraming::kChunked;
+  BodyFraming framing = no_body                                       ? BodyFraming::kNone
+                        : (head.content_length >= 0 && !head.chunked) ? BodyFraming::kLength
+                        : http10_                                     ? BodyFraming::kClose
+                                                                      : BodyFraming::kChunked;
   // The connection cannot carry another request after a close-delimited body, nor after an
   // answer that came before the whole request was read.
-  if (framing == BodyFraming::kClose || !relay_.request_done || read_eof_ ||
-      worker_->draining()) {
+  if (framing == BodyFraming::kClose || !relay_.request_done || read_eof_ || worker_->draining()) {
     close_after_ = true;
   }
   ConnectionHeader connection = close_after_ ? ConnectionHeader::kClose
@@ -181,7 +179,6 @@ void ClientConn::OnResponseHead(Response head) {
   QueueOut(SerializeStreamedResponseHead(stored, framing, head.content_length, connection));
   relay_.framing = framing;
   relay_.head_sent = true;
-  bufferevent_setwatermark(bev_.get(), EV_WRITE, kRelayLow, 0);
 }
 
 void ClientConn::OnResponseBody(std::string_view piece) {
@@ -207,12 +204,20 @@ void ClientConn::QueueOut(std::string_view bytes) {
     if (relay_.out.size() < kRelayLow) return;
     FlushOut();
   }
-  // The client reads slower than the upstream sends: stop reading the upstream until it caught
-  // up (OnRelayWritten), so at most about kRelayHigh waits here per connection.
-  if (!relay_.upstream_paused && relay_.call != nullptr && evbuffer_get_length(out) > kRelayHigh) {
-    relay_.upstream_paused = true;
-    relay_.call->PauseResponse(true);
+  PauseUpstreamIfBehind();
+}
+
+// The client reads slower than the upstream sends: stop reading the upstream until it caught up
+// (OnRelayWritten, once the output is down to kRelayLow), so about kRelayHigh waits here at most.
+void ClientConn::PauseUpstreamIfBehind() {
+  if (relay_.upstream_paused || relay_.call == nullptr) return;
+  if (evbuffer_get_length(bufferevent_get_output(bev_.get())) <= kRelayHigh) return;
+  relay_.upstream_paused = true;
+  if (!relay_.write_low_set) {
+    relay_.write_low_set = true;
+    bufferevent_setwatermark(bev_.get(), EV_WRITE, kRelayLow, 0);
   }
+  relay_.call->PauseResponse(true);
 }
 
 void ClientConn::FlushOut() {
@@ -224,17 +229,14 @@ void ClientConn::FlushOut() {
                      MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) sent = static_cast<size_t>(n);
   }
-  if (sent < relay_.out.size()) evbuffer_add(out, relay_.out.data() + sent, relay_.out.size() - sent);
+  if (sent < relay_.out.size())
+    evbuffer_add(out, relay_.out.data() + sent, relay_.out.size() - sent);
   relay_.out.clear();
 }
 
 void ClientConn::OnResponseFlush() {
   FlushOut();
-  evbuffer* out = bufferevent_get_output(bev_.get());
-  if (!relay_.upstream_paused && relay_.call != nullptr && evbuffer_get_length(out) > kRelayHigh) {
-    relay_.upstream_paused = true;
-    relay_.call->PauseResponse(true);
-  }
+  PauseUpstreamIfBehind();
 }
 
 // The client's output went below kRelayLow (or empty, before the head).
@@ -275,7 +277,7 @@ void ClientConn::FinishRelay(bool clean) {
   evbuffer* out = bufferevent_get_output(bev_.get());
   if (!clean || !relay_.request_done) close_after_ = true;
   RecordRelay(false);
-  bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);  // WriteCb: all of it written
+  if (relay_.write_low_set) bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);  // all written
   bool close = close_after_ || read_eof_ || worker_->draining();
   state_ = close ? State::kClosing : State::kWriting;
   if (evbuffer_get_length(out) == 0) event_active(resume_.get(), 0, 0);
@@ -297,7 +299,7 @@ void ClientConn::AbortRelay(ErrorCode code, const std::string& detail) {
     return Close(CloseReason::kSocketError);
   }
   relay_.recorded = true;  // RespondError counts and logs it
-  bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);
+  if (relay_.write_low_set) bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);
   RespondError(code, detail);
 }
 

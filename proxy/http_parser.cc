@@ -552,6 +552,7 @@ bool RequestParser::message_complete() const { return impl_->engine.message_comp
 ParseError RequestParser::error() const { return impl_->engine.error; }
 const std::string& RequestParser::error_detail() const { return impl_->engine.detail; }
 const Request& RequestParser::request() const { return impl_->request; }
+Request& RequestParser::mutable_request() { return impl_->request; }
 
 Request RequestParser::TakeRequest() {
   Request out = std::move(impl_->request);

@@ -48,6 +48,7 @@ class RequestParser {
   const std::string& error_detail() const;  // one sentence for a person
 
   const Request& request() const;  // valid from headers_complete()
+  Request& mutable_request();      // the same, to add to before it is relayed
 
   // Body decided per request: Feed stops right after each header section (headers_complete()
   // and !body_decided()) until DecideBody says how the body is taken; the Content-Length check

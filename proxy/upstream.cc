@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <vector>
@@ -22,8 +23,6 @@ namespace idemgate {
 
 namespace {
 constexpr size_t kMaxIdle = 256;
-// A streamed call's request body: the client is told to go on once this little is unsent.
-constexpr size_t kStreamWriteLow = 64 << 10;
 }  // namespace
 
 // One connection to the origin. Busy with at most one call at a time.
@@ -98,10 +97,28 @@ class UpstreamConn final : public StreamCall {
   }
 
   // StreamCall.
-  void WriteBody(std::string_view framed) override {
+  void WriteBody(std::string_view prefix, std::string_view data,
+                 std::string_view suffix) override {
     if (!bev_ || !done_) return;
-    bufferevent_write(bev_.get(), framed.data(), framed.size());
-    if (!connecting_ && !paused_) timer_.Arm(limits_.response_timeout_ms);
+    Touch();
+    std::string_view parts[3] = {prefix, data, suffix};
+    size_t sent = 0;
+    // Straight to the socket while nothing is queued, as SendRequest does.
+    if (!connecting_ && pool_->tls() == nullptr &&
+        evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) {
+      iovec iov[3];
+      for (int i = 0; i < 3; ++i) iov[i] = {const_cast<char*>(parts[i].data()), parts[i].size()};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = 3;
+      ssize_t n = sendmsg(bufferevent_getfd(bev_.get()), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent = static_cast<size_t>(n);
+    }
+    for (std::string_view part : parts) {
+      size_t skip = std::min(sent, part.size());
+      sent -= skip;
+      if (skip < part.size()) bufferevent_write(bev_.get(), part.data() + skip, part.size() - skip);
+    }
   }
   void EndBody() override { request_ended_ = true; }
   size_t Unsent() const override {
@@ -116,6 +133,7 @@ class UpstreamConn final : public StreamCall {
       return;
     }
     bufferevent_enable(bev_.get(), EV_READ);
+    Touch();
     if (!connecting_) timer_.Arm(limits_.response_timeout_ms);
     StreamRead();  // what waited in the input buffer
     if (done_ && eof_pending_ && !paused_) OnEof();
@@ -141,10 +159,12 @@ class UpstreamConn final : public StreamCall {
   static void WriteCb(bufferevent*, void* arg) {
     auto* self = static_cast<UpstreamConn*>(arg);
     if (self->done_ && self->receiver_) {
-      if (!self->paused_) self->timer_.Arm(self->limits_.response_timeout_ms);
+      self->Touch();
       self->receiver_->OnRequestDrained();
     }
   }
+  // A streamed call's activity, which keeps its silence timer from firing (OnTimeout looks).
+  void Touch() { last_activity_ = std::chrono::steady_clock::now(); }
   void SetCallbacks() { bufferevent_setcb(bev_.get(), ReadCb, nullptr, EventCb, this); }
 
   // A streamed call: its head goes now even while connecting (the body follows it in the same
@@ -157,9 +177,9 @@ class UpstreamConn final : public StreamCall {
     paused_ = false;
     eof_pending_ = false;
     request_ended_ = false;
+    Touch();
     if (!bev_) return;
     bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
-    bufferevent_setwatermark(bev_.get(), EV_WRITE, kStreamWriteLow, 0);
     if (connecting_) {
       bufferevent_write(bev_.get(), request_.data(), request_.size());
       std::string().swap(request_);
@@ -171,7 +191,6 @@ class UpstreamConn final : public StreamCall {
     receiver_ = nullptr;
     if (!bev_) return;
     SetCallbacks();
-    bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);
     if (paused_) bufferevent_enable(bev_.get(), EV_READ);
     paused_ = false;
   }
@@ -217,7 +236,7 @@ class UpstreamConn final : public StreamCall {
   void StreamRead() {
     if (paused_ || !done_) return;
     evbuffer* in = bufferevent_get_input(bev_.get());
-    if (evbuffer_get_length(in) > 0) timer_.Arm(limits_.response_timeout_ms);  // it is alive
+    if (evbuffer_get_length(in) > 0) Touch();
     while (evbuffer_get_length(in) > 0 && !paused_ && parser_->error_free() &&
            !parser_->message_complete()) {
       size_t len = evbuffer_get_contiguous_space(in);
@@ -310,10 +329,7 @@ class UpstreamConn final : public StreamCall {
 
   void OnTimeout() {
     if (connecting_) return Fail(UpstreamError::kUnavailable, "connect timeout");
-    if (receiver_) {
-      return Fail(UpstreamError::kTimeout,
-                  "no byte to or from the upstream within upstream.response_timeout");
-    }
+    if (receiver_) return OnStreamTimeout();
     // After a pause (SIGSTOP, a stalled VM) the timer and the answer are due together, and the
     // timer may run first (epoll_wait returns EINTR on SIGCONT, so the loop handles timers
     // before it polls). What already arrived is read before a timeout is declared: the timer
@@ -325,6 +341,24 @@ class UpstreamConn final : public StreamCall {
       return;
     }
     Fail(UpstreamError::kTimeout, "no complete response within upstream.response_timeout");
+  }
+
+  // A streamed call fails on silence, not on length: the timer goes again for what is left of
+  // the timeout since the last byte read or written (re-arming on every byte would cost an
+  // event_add each). What waits unread (a paused process) is read first, as below.
+  void OnStreamTimeout() {
+    using namespace std::chrono;
+    auto quiet = duration_cast<milliseconds>(steady_clock::now() - last_activity_).count();
+    if (quiet < limits_.response_timeout_ms) {
+      timer_.Arm(limits_.response_timeout_ms - quiet);
+      return;
+    }
+    if (late_rounds_ < 64 && InputWaiting()) {
+      ++late_rounds_;
+      timer_.Arm(0);
+      return;
+    }
+    Fail(UpstreamError::kTimeout, "no byte to or from the upstream within upstream.response_timeout");
   }
 
   // Bytes (or the peer's FIN) wait in the socket, unread.
@@ -379,6 +413,7 @@ class UpstreamConn final : public StreamCall {
   UpstreamLimits limits_;
   UpstreamCallback done_;
   std::chrono::steady_clock::time_point idle_since_;
+  std::chrono::steady_clock::time_point last_activity_;  // streamed: the last byte in or out
 };
 
 UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* tls)

@@ -65,9 +65,11 @@ class StreamReceiver {
 // head went with SendStream; its body follows through WriteBody, framed as the head says.
 class StreamCall {
  public:
-  virtual void WriteBody(std::string_view framed) = 0;
-  virtual void EndBody() = 0;                  // the request's last byte was written
-  virtual size_t Unsent() const = 0;           // request bytes queued, not yet sent
+  // `prefix`, `data` and `suffix` in one write (a chunk's size line, its data, its CRLF).
+  virtual void WriteBody(std::string_view prefix, std::string_view data,
+                         std::string_view suffix = {}) = 0;
+  virtual void EndBody() = 0;                   // the request's last byte was written
+  virtual size_t Unsent() const = 0;            // request bytes queued, not yet sent
   virtual void PauseResponse(bool paused) = 0;  // stop (resume) reading the response
   virtual void Cancel() = 0;  // the client is gone: the connection is closed, `done` never runs
 

@@ -279,9 +279,10 @@ TEST_F(ResourcesTest, UnsentBudgetClosesConnectionsPastIt) {
   StartWithAdmin();
   std::vector<UniqueFd> readers;
   for (int i = 0; i < kClients; ++i) {
-    std::string post = "POST /big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer merchant-demo\r\n"
-                       "Idempotency-Key: k-big-" +
-                       std::to_string(i) + "\r\nContent-Length: 2\r\n\r\n{}";
+    std::string post =
+        "POST /big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer merchant-demo\r\n"
+        "Idempotency-Key: k-big-" +
+        std::to_string(i) + "\r\nContent-Length: 2\r\n\r\n{}";
     readers.push_back(SendAndNeverRead(port_, post));
     ASSERT_TRUE(readers.back().valid()) << i;
   }

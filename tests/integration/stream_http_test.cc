@@ -180,9 +180,10 @@ TEST_F(StreamTest, UploadOf64MiBToASlowUpstreamIsRelayedWithBoundedMemory) {
   StartGateway();
   const int64_t before = StatusBytes(gateway_.pid(), "VmHWM");
   UniqueFd client = Connect();
-  ASSERT_TRUE(SendAll(client.get(), "PUT /v1/imports HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                    "Content-Length: " +
-                                        std::to_string(kBig) + "\r\n\r\n"));
+  ASSERT_TRUE(SendAll(client.get(),
+                      "PUT /v1/imports HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      "Content-Length: " +
+                          std::to_string(kBig) + "\r\n\r\n"));
   std::string chunk(1 << 20, '\0');
   for (size_t sent = 0; sent < kBig; sent += chunk.size()) {
     for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>('A' + (sent + i) % 26);
@@ -228,9 +229,9 @@ TEST_F(StreamTest, ChunkedStaysChunkedBothWays) {
   UseOrigin(origin);
   StartGateway();
   TestClient client(port_);
-  ASSERT_TRUE(client.SendRaw(
-      "POST /v1/uploads HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-      "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"));
+  ASSERT_TRUE(
+      client.SendRaw("POST /v1/uploads HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"));
   HttpResponse r = client.ReadResponse();
   ASSERT_EQ(r.status, 200) << r.raw;
   EXPECT_EQ(r.Header("Transfer-Encoding"), "chunked");
