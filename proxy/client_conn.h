@@ -100,7 +100,7 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
     uint64_t bytes_out = 0;
   };
   bool DecideBody();
-  void StartRelay();
+  void StartRelay(const Config& config);
   void StartRelayCall();
   void QueueOut(std::string_view bytes);
   void FlushOut();

@@ -11,6 +11,7 @@
 #include "proxy/client_conn.h"
 #include "proxy/exchange.h"
 #include "proxy/request_id.h"
+#include "proxy/routes.h"
 #include "proxy/worker.h"
 
 namespace idemgate {
@@ -56,9 +57,10 @@ ErrorCode ErrorFor(UpstreamError error) {
 }
 }  // namespace
 
-// The headers are in: a passthrough request is relayed (no body limit of the gateway's own);
-// any other is read whole, within limits.max_request_body, for its exchange. False when the
-// request was answered here (refused, or its Content-Length is over the limit).
+// The headers are in: a passthrough request (under its route's policy) is relayed, with no body
+// limit of the gateway's own; any other is read whole, within its route's max_request_body, for
+// its exchange. False when the request was answered here (refused, or its Content-Length is over
+// the limit).
 bool ClientConn::DecideBody() {
   const Request& head = parser_->request();
   if (AsksForWebSocket(head)) {
@@ -67,20 +69,20 @@ bool ClientConn::DecideBody() {
                  "HTTP/1.1 requests only. Connect to the upstream directly for WebSocket.");
     return false;
   }
-  if (!IsPassthroughRequest(*parser_config_, head)) {
-    if (parser_->DecideBody(parser_config_->limits.max_request_body, nullptr)) return true;
+  std::shared_ptr<const Config> route = SelectRoute(parser_config_, head);
+  if (!IsPassthroughRequest(*route, head)) {
+    if (parser_->DecideBody(route->limits.max_request_body, nullptr)) return true;
     RespondError(ErrorCodeFor(parser_->error()), parser_->error_detail());
     return false;
   }
   parser_->DecideBody(0, [this](std::string_view piece) { RelayRequestBody(piece); });
-  StartRelay();
+  StartRelay(*route);
   return true;
 }
 
-void ClientConn::StartRelay() {
+void ClientConn::StartRelay(const Config& config) {
   timer_.Cancel();  // from here the upstream call's timeouts apply
   state_ = State::kRelaying;
-  const Config& config = *parser_config_;
   Request& head = parser_->mutable_request();  // dropped with the parser's next request
   relay_ = Relay{};
   relay_.started_us = NowUs();
@@ -95,8 +97,9 @@ void ClientConn::StartRelay() {
   relay_.limits.response_timeout_ms = config.upstream.response_timeout_ms;
   relay_.limits.max_response_body = UINT64_MAX;  // relayed, not stored: no cap of its own
   relay_.limits.idle_timeout_ms = config.upstream.idle_timeout_ms;
+  relay_.limits.group = config.upstream_group;  // a route's group ("" = [upstream])
   relay_.up = SerializeUpstreamRequestHead(head, peer_ip_, tls_ ? "https" : "http",
-                                           UpstreamHost(config.upstream));
+                                           UpstreamHost(config.upstream), config.upstream.host);
   if (head.expect_continue && !parser_->message_complete()) {
     continue_sent_ = true;
     bufferevent_write(bev_.get(), kContinue, sizeof(kContinue) - 1);
@@ -106,7 +109,15 @@ void ClientConn::StartRelay() {
 // The head and what came of the body with it go in one write (a small request: all of it).
 void ClientConn::StartRelayCall() {
   relay_.call_started = true;
-  relay_.call = worker_->upstream().SendStream(
+  UpstreamGroup* group = worker_->Group(relay_.limits.group);
+  if (group == nullptr) {  // a route added by a reload names a group the workers do not have
+    UpstreamResult result;
+    result.error = UpstreamError::kUnavailable;
+    result.detail = "no upstream group '" + relay_.limits.group +
+                    "' is running (named groups are restart-only)";
+    return OnRelayDone(std::move(result));
+  }
+  relay_.call = group->SendStream(
       std::move(relay_.up), head_request_, relay_.limits, this,
       [this](UpstreamResult result) { OnRelayDone(std::move(result)); });
   std::string().swap(relay_.up);

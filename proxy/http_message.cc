@@ -167,13 +167,15 @@ namespace {
 
 // The request line and headers sent upstream, without the framing header and the blank line.
 void AppendUpstreamHead(std::string& out, const Request& request, std::string_view client_ip,
-                        std::string_view proto, std::string_view default_host) {
+                        std::string_view proto, std::string_view default_host,
+                        std::string_view host_override) {
   out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\n");
   std::string forwarded_for;
   bool has_host = false;
   const ConnectionTokens listed(request.headers);
   for (const Header& h : request.headers) {
     if (IsHopByHop(h.name, listed)) continue;
+    if (!host_override.empty() && HeaderNameEquals(h.name, "Host")) continue;
     has_host = has_host || HeaderNameEquals(h.name, "Host");
     if (HeaderNameEquals(h.name, "Content-Length")) continue;
     // The gateway already answered (or skipped) the 100-continue handshake; the body is whole.
@@ -187,7 +189,11 @@ void AppendUpstreamHead(std::string& out, const Request& request, std::string_vi
     }
     AppendHeader(&out, h.name, h.value);
   }
-  if (!has_host && !default_host.empty()) AppendHeader(&out, "Host", default_host);
+  if (!host_override.empty()) {
+    AppendHeader(&out, "Host", host_override);
+  } else if (!has_host && !default_host.empty()) {
+    AppendHeader(&out, "Host", default_host);
+  }
   if (!forwarded_for.empty()) forwarded_for.append(", ");
   forwarded_for.append(client_ip);
   AppendHeader(&out, "X-Forwarded-For", forwarded_for);
@@ -197,10 +203,11 @@ void AppendUpstreamHead(std::string& out, const Request& request, std::string_vi
 }  // namespace
 
 std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
-                                     std::string_view proto, std::string_view default_host) {
+                                     std::string_view proto, std::string_view default_host,
+                                     std::string_view host_override) {
   std::string out;
   out.reserve(256 + request.body.size());
-  AppendUpstreamHead(out, request, client_ip, proto, default_host);
+  AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
   if (!request.body.empty() || MethodCarriesBody(request.method)) {
     AppendHeader(&out, "Content-Length", std::to_string(request.body.size()));
   }
@@ -210,10 +217,11 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
 }
 
 std::string SerializeUpstreamRequestHead(const Request& request, std::string_view client_ip,
-                                         std::string_view proto, std::string_view default_host) {
+                                         std::string_view proto, std::string_view default_host,
+                                         std::string_view host_override) {
   std::string out;
   out.reserve(256);
-  AppendUpstreamHead(out, request, client_ip, proto, default_host);
+  AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
   if (request.chunked) {
     AppendHeader(&out, "Transfer-Encoding", "chunked");
   } else if (request.content_length >= 0 || MethodCarriesBody(request.method)) {

@@ -33,6 +33,7 @@ class UpstreamConn final : public StreamCall {
   // Starts connecting; the call begins once connected.
   bool Connect() {
     connecting_ = true;  // also on failure below: Start then reports kUnavailable, never sends
+    address_generation_ = pool_->address_generation();
     if (pool_->tls() != nullptr) {
       SSL* ssl = NewUpstreamSsl(pool_->tls(), pool_->host());
       if (ssl == nullptr) return false;
@@ -71,6 +72,8 @@ class UpstreamConn final : public StreamCall {
   }
 
   void MarkIdle() { idle_since_ = std::chrono::steady_clock::now(); }
+  // Connected to the pool's current address (not to one its server's name no longer has).
+  bool Current() const { return address_generation_ == pool_->address_generation(); }
 
   void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done,
              StreamReceiver* receiver = nullptr) {
@@ -99,7 +102,12 @@ class UpstreamConn final : public StreamCall {
   // StreamCall.
   void WriteBody(std::string_view prefix, std::string_view data,
                  std::string_view suffix) override {
-    if (!bev_ || !done_) return;
+    if (!done_) return;
+    if (connecting_) {  // kept with the head: unsent if the connect fails (a group retries it)
+      request_.append(prefix).append(data).append(suffix);
+      return;
+    }
+    if (!bev_) return;
     Touch();
     std::string_view parts[3] = {prefix, data, suffix};
     size_t sent = 0;
@@ -122,7 +130,7 @@ class UpstreamConn final : public StreamCall {
   }
   void EndBody() override { request_ended_ = true; }
   size_t Unsent() const override {
-    return bev_ ? evbuffer_get_length(bufferevent_get_output(bev_.get())) : 0;
+    return request_.size() + (bev_ ? evbuffer_get_length(bufferevent_get_output(bev_.get())) : 0);
   }
   void PauseResponse(bool paused) override {
     if (!done_ || !bev_ || paused == paused_) return;
@@ -167,8 +175,8 @@ class UpstreamConn final : public StreamCall {
   void Touch() { last_activity_ = std::chrono::steady_clock::now(); }
   void SetCallbacks() { bufferevent_setcb(bev_.get(), ReadCb, nullptr, EventCb, this); }
 
-  // A streamed call: its head goes now even while connecting (the body follows it in the same
-  // buffer), the response is parsed piece by piece, and the drained request body is reported.
+  // A streamed call: its head (and the body written while connecting) goes once connected, the
+  // response is parsed piece by piece, and the drained request body is reported.
   void StartStream(bool head) {
     parser_->Begin(head, [this](std::string_view piece) {
       if (receiver_) receiver_->OnResponseBody(piece);
@@ -180,10 +188,6 @@ class UpstreamConn final : public StreamCall {
     Touch();
     if (!bev_) return;
     bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
-    if (connecting_) {
-      bufferevent_write(bev_.get(), request_.data(), request_.size());
-      std::string().swap(request_);
-    }
   }
 
   // Back to a plain pooled connection after a streamed call.
@@ -375,6 +379,7 @@ class UpstreamConn final : public StreamCall {
     UpstreamResult result;
     result.error = error;
     result.detail = std::move(detail);
+    if (error == UpstreamError::kUnavailable) result.unsent_request = std::move(request_);
     Finish(std::move(result), false);
   }
 
@@ -397,6 +402,7 @@ class UpstreamConn final : public StreamCall {
   }
 
   UpstreamPool* pool_;
+  uint64_t address_generation_ = 0;
   BufferEventPtr bev_;
   std::unique_ptr<ResponseParser> parser_;
   uint64_t parser_max_ = 0;
@@ -431,6 +437,18 @@ UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* 
     addr_len_ = res->ai_addrlen;
   }
   if (res) freeaddrinfo(res);
+  reaper_.reset(event_new(base, -1, 0, &EventTrampoline<UpstreamPool, &UpstreamPool::Reap>, this));
+}
+
+UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, const sockaddr* addr,
+                           socklen_t len, SSL_CTX* tls)
+    : base_(base), tls_(tls), host_(upstream.host) {
+  if (len <= sizeof(addr_)) {
+    memcpy(&addr_, addr, len);
+    addr_len_ = len;
+  } else {
+    error_ = "bad address for upstream host '" + upstream.host + "'";
+  }
   reaper_.reset(event_new(base, -1, 0, &EventTrampoline<UpstreamPool, &UpstreamPool::Reap>, this));
 }
 
@@ -483,7 +501,7 @@ StreamCall* UpstreamPool::SendStream(std::string head, bool head_request,
 void UpstreamPool::OnConnIdle(UpstreamConn* conn) {
   auto it = std::find_if(busy_.begin(), busy_.end(), [&](auto& c) { return c.get() == conn; });
   if (it == busy_.end()) return;
-  if (idle_.size() >= kMaxIdle) {
+  if (idle_.size() >= kMaxIdle || !conn->Current()) {
     dead_.push_back(std::move(*it));
     event_active(reaper_.get(), 0, 0);
   } else {
@@ -512,5 +530,14 @@ void UpstreamPool::AbortAll(const std::string& detail) {
 }
 
 void UpstreamPool::Reap() { dead_.clear(); }
+
+void UpstreamPool::Retire() {
+  ++address_generation_;
+  while (!idle_.empty()) {
+    dead_.push_back(std::move(idle_.back()));
+    idle_.pop_back();
+  }
+  event_active(reaper_.get(), 0, 0);
+}
 
 }  // namespace idemgate
