@@ -102,7 +102,7 @@ std::string FormatAccessLine(const AccessEntry& e) {
   }
   AppendField(&out, "status");
   out.append(std::to_string(e.client_closed ? 499 : e.status));
-  if (e.client_closed) {
+  if (e.client_closed && e.status != 0) {  // 0: it had no answer (a waiter that was dropped)
     AppendField(&out, "answer_status");
     out.append(std::to_string(e.status));
   }
@@ -125,6 +125,10 @@ std::string FormatAccessLine(const AccessEntry& e) {
   if (e.upstream_us >= 0) {
     AppendField(&out, "upstream_ms");
     AppendMillis(&out, e.upstream_us);
+  }
+  if (e.wait_us >= 0) {
+    AppendField(&out, "wait_ms");
+    AppendMillis(&out, e.wait_us);
   }
   AppendField(&out, "bytes_out");
   out.append(std::to_string(e.client_closed ? 0 : e.bytes_out));

@@ -14,6 +14,7 @@
 #include "proxy/access_log.h"
 #include "proxy/exchange.h"
 #include "proxy/metrics.h"
+#include "proxy/wait_registry.h"
 #include "store/claim_rules.h"
 
 namespace idemgate::test {
@@ -40,7 +41,7 @@ class QueuedStore final : public Store {
       ++completes;
       StoreStatus status;
       if (TakeFailure(&status)) return done(status);
-      CasDecision d = DecideComplete(Find(token.record_key), token, response);
+      CasDecision d = DecideComplete(Find(token.record_key), token, response, clock_->NowMs());
       Apply(token.record_key, d.action, d.record);
       done(d.status);
     });
@@ -128,12 +129,14 @@ struct UpstreamCall {
 struct SentAnswer {
   StoredResponse response;
   bool replayed = false;
+  std::string extra_headers;  // Age, Preference-Applied
 };
 
 class RecordingSink final : public ResponseSink {
  public:
-  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) override {
-    answers.push_back({*response, replayed});
+  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
+                    std::string_view extra_headers) override {
+    answers.push_back({*response, replayed, std::string(extra_headers)});
   }
   std::vector<SentAnswer> answers;
 };
@@ -150,6 +153,8 @@ class FakeEnv final : public ExchangeEnv {
   const Clock& clock() const override { return *clock_; }
   Store& store() override { return *store_; }
   ReplayCache* replay_cache() override { return nullptr; }
+  WaitRegistry& waits() override { return *waits_; }
+  bool draining() const override { return draining; }
   void SendUpstream(std::string request, bool, const UpstreamLimits& limits,
                     UpstreamCallback done) override {
     upstream.push_back({std::move(request), limits, std::move(done)});
@@ -178,6 +183,10 @@ class FakeEnv final : public ExchangeEnv {
   std::vector<ExchangeSample> samples;
   std::vector<std::string> log_lines;
   std::vector<Exchange*> finished;
+  bool draining = false;
+  // Shared by every FakeEnv of a test that passes one (several loops); else this env's own.
+  WaitRegistry* waits_ = &own_waits_;
+  WaitRegistry own_waits_;
 
  private:
   friend class FakeTimer;
