@@ -199,11 +199,12 @@ const KeySpec kKeys[] = {
     {"idempotency", "takeover", Kind::kBool, kLive, FIELD(idempotency.takeover), 0, 0, nullptr,
      "After a lost attempt (crash or pause past its lease): true = a retry executes again; "
      "false = never twice: the retry gets a stored 502 upstream_failed (C5)."},
-    {"idempotency", "wait", Kind::kDuration, kLive, FIELD(idempotency.wait_ms), 0, kHour, nullptr,
+    {"idempotency", "wait", Kind::kDuration, kLive, FIELD(idempotency.wait_ms),
+     kDurationZeroOk, kHour, nullptr,
      "How long a duplicate whose key is in flight waits for the first answer without Prefer: "
      "wait (0s = 409 at once); at most max_wait."},
-    {"idempotency", "max_wait", Kind::kDuration, kLive, FIELD(idempotency.max_wait_ms), 0, kHour,
-     nullptr,
+    {"idempotency", "max_wait", Kind::kDuration, kLive, FIELD(idempotency.max_wait_ms),
+     kDurationZeroOk, kHour, nullptr,
      "Cap on a client's Prefer: wait=N (0s = the preference is ignored); shorter than lease."},
 
     {"scope", "header", Kind::kHeaderName, kRestart, FIELD(scope.header), 0, 0, nullptr,
@@ -340,7 +341,8 @@ void ReadKey(const KeySpec& key, const Context& ctx, const SectionReader& r, Con
       present = ReadInt(r, key, field);
       break;
     case Kind::kDuration:
-      present = r.Duration(key.name, std::get<int64_t*>(field), key.max);
+      present = r.Duration(key.name, std::get<int64_t*>(field), key.max,
+                           /*zero_ok=*/key.min == kDurationZeroOk);
       break;
     case Kind::kSize:
       present = r.Size(key.name, std::get<uint64_t*>(field), static_cast<uint64_t>(key.max));

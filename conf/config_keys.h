@@ -38,13 +38,15 @@ using FieldRef = std::variant<std::string*, bool*, int*, int64_t*, uint64_t*,
                               std::vector<std::string>*, HostPort*>;
 using FieldFn = FieldRef (*)(Config&);
 
+inline constexpr int64_t kDurationZeroOk = -1;
+
 struct KeySpec {
   std::string_view section;
   std::string_view name;
   Kind kind;
   Reload reload;
   FieldFn field;
-  int64_t min = 0;  // kInt
+  int64_t min = 0;  // kInt; kDuration: kDurationZeroOk lets "0s" (off) through
   int64_t max = 0;  // kInt, kDuration (ms), kSize (bytes)
   // Key-specific validation or derivation, run after the value is read (present: in the file).
   void (*check)(const Context& ctx, const SectionReader& r, bool present, Config* config) = nullptr;

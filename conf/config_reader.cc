@@ -190,7 +190,8 @@ bool IsOverflowingAmount(std::string_view text, std::initializer_list<std::strin
 
 }  // namespace
 
-bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_ms) const {
+bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_ms,
+                             bool zero_ok) const {
   const toml::node* node = Node(key);
   if (node == nullptr) return false;
   const auto* value = node->as_string();
@@ -205,7 +206,7 @@ bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_
     Fail(key, "bad duration \"" + text +
                   "\": expected a whole number and a unit (ms, s, m, h, d), like \"5s\"");
   }
-  if (*ms <= 0) Fail(key, "must be longer than 0, got \"" + text + "\"");
+  if (*ms < 0 || (*ms == 0 && !zero_ok)) Fail(key, "must be longer than 0, got \"" + text + "\"");
   if (*ms > max_ms) {
     Fail(key, "must be at most " + FormatDurationMs(max_ms) + ", got \"" + text + "\"");
   }

@@ -154,7 +154,7 @@ class FakeEnv final : public ExchangeEnv {
   Store& store() override { return *store_; }
   ReplayCache* replay_cache() override { return nullptr; }
   WaitRegistry& waits() override { return *waits_; }
-  bool draining() const override { return draining; }
+  bool draining() const override { return draining_now; }
   void SendUpstream(std::string request, bool, const UpstreamLimits& limits,
                     UpstreamCallback done) override {
     upstream.push_back({std::move(request), limits, std::move(done)});
@@ -183,7 +183,7 @@ class FakeEnv final : public ExchangeEnv {
   std::vector<ExchangeSample> samples;
   std::vector<std::string> log_lines;
   std::vector<Exchange*> finished;
-  bool draining = false;
+  bool draining_now = false;
   // Shared by every FakeEnv of a test that passes one (several loops); else this env's own.
   WaitRegistry* waits_ = &own_waits_;
   WaitRegistry own_waits_;
