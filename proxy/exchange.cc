@@ -183,7 +183,7 @@ bool Exchange::FastPath() {
       RespondShared(ShareReplay(std::move(found.record)), true);
       return true;
     case ClaimOutcome::kInFlight:
-      OnInFlight(verdict.retry_after_s);
+      OnInFlight(verdict.retry_after_s, found.record.lease_until_ms);
       return true;
     case ClaimOutcome::kFresh:
     case ClaimOutcome::kTakeover:
@@ -237,7 +237,7 @@ void Exchange::OnClaim(ClaimResult result) {
       replay_stored_ms_ = StoredAtMs(result.record);
       return RespondShared(ShareReplay(std::move(result.record)), true);
     case ClaimOutcome::kInFlight:
-      return OnInFlight(result.retry_after_s);
+      return OnInFlight(result.retry_after_s, result.record.lease_until_ms);
     case ClaimOutcome::kMismatch:
       outcome_ = Outcome::kMismatch;
       return RespondMismatch(result.record.fingerprint);

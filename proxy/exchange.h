@@ -112,7 +112,7 @@ class Exchange {
   int64_t LeaseMarginMs() const;
 
   // Waiting (exchange_wait.cc). The key is in flight with a live lease: wait, or 409.
-  void OnInFlight(int64_t retry_after_s);
+  void OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms);
   void PlanWait();
   void OnWaitOver(bool woken);
   void StopWaiting();

@@ -15,6 +15,7 @@ namespace idemgate {
 
 namespace {
 constexpr int64_t kMaxPollMs = 1'000;  // a shared store: polls back off from 50 ms to this
+constexpr int64_t kLeaseSlackMs = 10;  // look again this long after the owner's lease ends
 
 bool IsWait(std::string_view name) {
   return name.size() == 4 && std::equal(name.begin(), name.end(), "wait", [](char a, char b) {
@@ -85,8 +86,9 @@ void Exchange::PlanWait() {
   wait_deadline_us_ = started_us_ + budget_ms * 1000;
 }
 
-// The key is in flight with a live lease (`retry_after_s` left): wait, or 409 (§5).
-void Exchange::OnInFlight(int64_t retry_after_s) {
+// The key is in flight with a live lease (`retry_after_s` left, until `lease_until_ms`): wait,
+// or 409 (§5).
+void Exchange::OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms) {
   outcome_ = Outcome::kInFlight;
   last_retry_after_s_ = retry_after_s;
   PlanWait();
@@ -111,7 +113,12 @@ void Exchange::OnInFlight(int64_t retry_after_s) {
   if (added == WaitRegistry::AddResult::kChanged) return wake();
   // Wake at the wait's end, at the lease's end (the owner may be gone), or to poll a store other
   // instances write to (W4), whichever comes first.
-  int64_t next_ms = std::min(left_ms, std::max<int64_t>(1, retry_after_s) * 1000);
+  // The lease's end by this gateway's clock, just after it; when that clock says it is over
+  // already (the store's clock differs, or this process still runs the attempt), Retry-After.
+  const int64_t lease_left_ms = lease_until_ms - env_->clock().NowMs();
+  const int64_t lease_ms = lease_left_ms > 0 ? lease_left_ms + kLeaseSlackMs
+                                             : std::max<int64_t>(1, retry_after_s) * 1000;
+  int64_t next_ms = std::min(left_ms, lease_ms);
   if (env_->store().Shared()) {
     next_ms = std::min(next_ms, poll_ms_);
     poll_ms_ = std::min(poll_ms_ * 2, kMaxPollMs);
