@@ -77,6 +77,7 @@ class QueuedStore final : public Store {
   StoreStatus PutMeta(std::string_view, std::string_view) override { return {}; }
   uint64_t ApproximateRecords() override { return records.size(); }
   void Close() override {}
+  bool Shared() const override { return shared; }
 
   // Runs the oldest queued op (its callback runs here, as on the store's thread).
   bool Step() {
@@ -94,6 +95,7 @@ class QueuedStore final : public Store {
   }
 
   std::map<std::string, Record> records;
+  bool shared = false;  // as a database other instances write to (waiters poll it)
   int claims = 0, completes = 0, releases = 0, lookups = 0;
 
  private:
