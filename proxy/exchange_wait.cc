@@ -127,17 +127,12 @@ void Exchange::OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms) {
   wait_timer_->Arm(std::max<int64_t>(1, next_ms));
 }
 
-// Woken (the key's record changed) or timed: look again, or answer 409 when the wait is over.
+// Woken (the key's record changed) or timed (the lease's end, a poll, the wait's end): look
+// again. At the wait's end that last look answers what a new request would get now: the replay,
+// a takeover of an expired lease, or (still in flight) 409 with the lease left (OnInFlight).
 void Exchange::OnWaitOver(bool woken) {
   if (phase_ != Phase::kWaiting) return;  // a stale wake: already moved on
-  const int64_t read_us = wait_started_us_;
   StopWaiting();
-  const int64_t now = env_->MonoUs();
-  if (!woken && now >= wait_deadline_us_) {
-    // The lease seen at the last read, less the time since.
-    const int64_t since_s = (now - read_us) / 1'000'000;
-    return RespondInUse(std::max<int64_t>(1, last_retry_after_s_ - since_s));
-  }
   if (!FastPath()) Claim();
 }
 
