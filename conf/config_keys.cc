@@ -199,8 +199,8 @@ const KeySpec kKeys[] = {
     {"idempotency", "takeover", Kind::kBool, kLive, FIELD(idempotency.takeover), 0, 0, nullptr,
      "After a lost attempt (crash or pause past its lease): true = a retry executes again; "
      "false = never twice: the retry gets a stored 502 upstream_failed (C5)."},
-    {"idempotency", "wait", Kind::kDuration, kLive, FIELD(idempotency.wait_ms),
-     kDurationZeroOk, kHour, nullptr,
+    {"idempotency", "wait", Kind::kDuration, kLive, FIELD(idempotency.wait_ms), kDurationZeroOk,
+     kHour, nullptr,
      "How long a duplicate whose key is in flight waits for the first answer without Prefer: "
      "wait (0s = 409 at once); at most max_wait."},
     {"idempotency", "max_wait", Kind::kDuration, kLive, FIELD(idempotency.max_wait_ms),

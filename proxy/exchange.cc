@@ -399,29 +399,6 @@ void Exchange::OnReleased(const StoreStatus& status) {
   RespondError(release_code_, release_detail_);
 }
 
-void Exchange::OnShutdown() {
-  shutting_down_ = true;
-  if (phase_ != Phase::kBackoff) return;
-  retry_timer_->Cancel();
-  SetPhase(Phase::kCompleting);  // the retry that will not come: settle as a final failure
-  OnComplete({StoreCode::kShutdown, "the gateway shut down while the store was failing"});
-}
-
-void Exchange::AnswerNow() {
-  if (answered_) return;
-  outcome_ = OwnsClaim() ? outcome_ : Outcome::kRejected;
-  error_ = ErrorCode::kStoreUnavailable;
-  error_detail_ = std::string("the gateway stopped while ") + PhaseName(phase_);
-  auto response =
-      std::make_shared<const StoredResponse>(MakeErrorResponse(ErrorCode::kStoreUnavailable));
-  status_ = response->status;
-  bytes_out_ = response->body.size();
-  answered_ = true;
-  RecordFinished();
-  if (sink_) sink_->SendResponse(std::move(response), false, {});
-  sink_ = nullptr;
-}
-
 void Exchange::RespondInUse(int64_t retry_after_s) {
   error_ = ErrorCode::kIdempotencyKeyInUse;
   StoredResponse response = MakeErrorResponse(ErrorCode::kIdempotencyKeyInUse);

@@ -2,7 +2,8 @@
 // instead of taking a 409 at once (SPEC §10, W1-W4). Waiting holds no thread: the exchange is
 // parked in the process's WaitRegistry with a timer; a completion or release of the key wakes
 // it (on its own loop), the lease's end or (on a shared store) a poll re-checks, and the wait's
-// end answers 409. Also the answer's own headers: Age (R6) and Preference-Applied.
+// end answers 409. Also shutdown (a waiter answers at once; the rest at the grace's end) and
+// the answer's own headers: Age (R6) and Preference-Applied.
 #include <algorithm>
 #include <cctype>
 #include <string_view>
@@ -166,6 +167,29 @@ void Exchange::OnDrain() {
   wait_end_ = WaitEnd::kShutdown;
   const int64_t since_s = (env_->MonoUs() - read_us) / 1'000'000;
   RespondInUse(std::max<int64_t>(1, last_retry_after_s_ - since_s));
+}
+
+void Exchange::OnShutdown() {
+  shutting_down_ = true;
+  if (phase_ != Phase::kBackoff) return;
+  retry_timer_->Cancel();
+  SetPhase(Phase::kCompleting);  // the retry that will not come: settle as a final failure
+  OnComplete({StoreCode::kShutdown, "the gateway shut down while the store was failing"});
+}
+
+void Exchange::AnswerNow() {
+  if (answered_) return;
+  outcome_ = OwnsClaim() ? outcome_ : Outcome::kRejected;
+  error_ = ErrorCode::kStoreUnavailable;
+  error_detail_ = std::string("the gateway stopped while ") + PhaseName(phase_);
+  auto response =
+      std::make_shared<const StoredResponse>(MakeErrorResponse(ErrorCode::kStoreUnavailable));
+  status_ = response->status;
+  bytes_out_ = response->body.size();
+  answered_ = true;
+  RecordFinished();
+  if (sink_) sink_->SendResponse(std::move(response), false, {});
+  sink_ = nullptr;
 }
 
 std::string Exchange::AnswerHeaders(bool replayed) const {

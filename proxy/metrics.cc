@@ -268,12 +268,12 @@ void Metrics::RenderWaits(MetricsWriter* w) const {
   w->Family("idemgate_waiters", "gauge",
             "Duplicates waiting now for the first answer of their key (limits.max_waiters).");
   w->Sample("idemgate_waiters", "", waiters_ ? waiters_() : 0);
-  auto waits = SumArray<kWaitEndCount>(shards_, [](auto& s) -> auto& { return s.waits_; });
+  auto waits = SumArray<kWaitEndCount>(
+      shards_, [](auto& s) -> auto& { return s.waits_; });
   w->Family("idemgate_waits_total", "counter",
             "Duplicates that waited for a first answer, by how the wait ended.");
   for (size_t i = 1; i < kWaitEndCount; ++i) {
-    w->Sample("idemgate_waits_total", Label("end", WaitEndName(static_cast<WaitEnd>(i))),
-              waits[i]);
+    w->Sample("idemgate_waits_total", Label("end", WaitEndName(static_cast<WaitEnd>(i))), waits[i]);
   }
   w->Family("idemgate_wait_duration_seconds", "histogram",
             "Time a duplicate waited for the first answer of its key.");

@@ -49,7 +49,7 @@ struct ExchangeSample {
   int upstream_status = 0;         // 0: no upstream response
   std::optional<UpstreamError> upstream_error;
   int64_t total_us = 0;
-  int64_t upstream_us = -1;  // -1: nothing went upstream
+  int64_t upstream_us = -1;           // -1: nothing went upstream
   WaitEnd wait_end = WaitEnd::kNone;  // a duplicate that waited for a first answer (§10)
   int64_t wait_us = -1;               // -1: did not wait
 };

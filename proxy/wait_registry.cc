@@ -14,8 +14,8 @@ uint64_t WaitRegistry::Epoch(std::string_view record_key) const {
   return epochs_[Slot(record_key)];
 }
 
-WaitRegistry::AddResult WaitRegistry::Add(const std::string& record_key, uint64_t epoch,
-                                          Wake wake, uint64_t max_waiters, uint64_t* id) {
+WaitRegistry::AddResult WaitRegistry::Add(const std::string& record_key, uint64_t epoch, Wake wake,
+                                          uint64_t max_waiters, uint64_t* id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (epochs_[Slot(record_key)] != epoch) return AddResult::kChanged;
   if (count_ >= max_waiters) return AddResult::kFull;

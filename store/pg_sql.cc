@@ -114,8 +114,7 @@ const std::vector<Statement>& Statements() {
   constexpr Oid kBytea = 17, kInt8 = 20, kBool = 16;
   static const std::vector<Statement> all = {
       {kClaimSql, {kBytea, kBytea, kBytea, kInt8, kInt8, kInt8, kInt8}},
-      {kCompleteSql,
-       {kBytea, kBytea, kInt8, kInt8, kInt8, kBytea, kBytea, kBytea, kBool, kInt8}},
+      {kCompleteSql, {kBytea, kBytea, kInt8, kInt8, kInt8, kBytea, kBytea, kBytea, kBool, kInt8}},
       {kReleaseFirstSql, {kBytea, kBytea, kInt8}},
       {kReleaseTakeoverSql, {kBytea, kBytea, kInt8, kInt8, kInt8}},
       {kLookupSql, {kBytea, kBytea, kInt8}},

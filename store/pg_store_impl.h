@@ -76,7 +76,7 @@ class PgStore final : public Store, public pg::ConnListener {
     op->params.Bytes(response.reason);
     op->params.Bytes(pg::EncodeHeaders(response.headers));
     op->params.Bytes(response.body);
-    op->params.Bool(false);  // $9: set when the statement is sent again
+    op->params.Bool(false);    // $9: set when the statement is sent again
     op->params.Int(Offset());  // $10: the clock offset, for completed_ms
     Submit(std::move(op));
   }

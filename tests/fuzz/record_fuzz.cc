@@ -1,5 +1,6 @@
 // libFuzzer target: DecodeRecord / DecodeRecordHeader on arbitrary bytes. A value that decodes
-// of the current format re-encodes to the same bytes (the encoding is canonical), and the two decoders agree.
+// of the current format re-encodes to the same bytes (the encoding is canonical), and the two
+// decoders agree.
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -43,10 +43,10 @@ TEST_F(PgGatewaysTest, WaiterOnAnotherInstanceGetsTheCompletionByPolling) {
   EXPECT_EQ(dup.Header("Preference-Applied"), "wait=10");
   EXPECT_EQ(dup.body, first.body);
   EXPECT_EQ(upstream_.requests(), 1);
-  std::printf("[ figures  ] waiter on the other instance answered %lld ms after the first\n",
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(dup_at - first_at)
-                      .count()));
+  std::printf(
+      "[ figures  ] waiter on the other instance answered %lld ms after the first\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(dup_at - first_at).count()));
 }
 
 // W2: the owner's instance is killed; its lease runs out and the waiter on the other instance

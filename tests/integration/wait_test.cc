@@ -42,8 +42,7 @@ class WaitTest : public GatewayTest {
     }
     return false;
   }
-  HttpResponse PostWaiting(std::string_view key, std::string prefer,
-                           TestClient::Ms timeout = 15s) {
+  HttpResponse PostWaiting(std::string_view key, std::string prefer, TestClient::Ms timeout = 15s) {
     HeaderList headers = kMerchant;
     headers.emplace_back("Idempotency-Key", std::string(key));
     if (!prefer.empty()) headers.emplace_back("Prefer", prefer);
@@ -88,8 +87,7 @@ TEST_F(WaitTest, TwentyDuplicatesGetTheFirstAnswerOnceItIsStored) {
     EXPECT_EQ(answers[i].Header("Age"), "0");
     EXPECT_EQ(answers[i].Header("Preference-Applied"), "wait=10");
     worst_ms = std::max<int64_t>(
-        worst_ms,
-        std::chrono::duration_cast<std::chrono::milliseconds>(at[i] - first_at).count());
+        worst_ms, std::chrono::duration_cast<std::chrono::milliseconds>(at[i] - first_at).count());
   }
   std::printf("[ figures  ] slowest waiter answered %lld ms after the first answer\n",
               static_cast<long long>(worst_ms));
@@ -163,8 +161,8 @@ TEST_F(WaitTest, DisconnectedWaiterIsDroppedAndMaxWaitersAnswers409AtOnce) {
     HeaderList headers = kMerchant;
     headers.emplace_back("Idempotency-Key", "k-gone");
     headers.emplace_back("Prefer", "wait=20");
-    ASSERT_TRUE(leaving.SendRaw(TestClient::BuildRequest(
-        {"POST", "/v1/payment_intents", headers, "{}"})));
+    ASSERT_TRUE(
+        leaving.SendRaw(TestClient::BuildRequest({"POST", "/v1/payment_intents", headers, "{}"})));
     ASSERT_TRUE(WaitForMetric("idemgate_waiters", 1));
     // The one waiter allowed is parked: the next duplicate gets 409 at once.
     HttpResponse full = PostWaiting("k-gone", "wait=20");
@@ -218,8 +216,8 @@ TEST_F(WaitTest, RetryAfterADroppedConnectionGetsTheReplayFirstTime) {
     TestClient dropped(port_);
     HeaderList headers = kMerchant;
     headers.emplace_back("Idempotency-Key", "k-sdk");
-    ASSERT_TRUE(dropped.SendRaw(TestClient::BuildRequest(
-        {"POST", "/v1/payment_intents", headers, "{}"})));
+    ASSERT_TRUE(
+        dropped.SendRaw(TestClient::BuildRequest({"POST", "/v1/payment_intents", headers, "{}"})));
     ASSERT_TRUE(upstream_.WaitForRequests(1));
   }  // the connection drops
   HttpResponse retry = PostWaiting("k-sdk", "wait=5");

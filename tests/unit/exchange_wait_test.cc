@@ -55,8 +55,8 @@ class ExchangeWaitTest : public ::testing::Test {
     env = env ? env : &env_;
     int id = static_cast<int>(sinks_.size());
     sinks_.push_back(std::make_unique<RecordingSink>());
-    auto* ex = new Exchange(env, sinks_.back().get(), config_, std::move(request), "10.0.0.1",
-                            false);
+    auto* ex =
+        new Exchange(env, sinks_.back().get(), config_, std::move(request), "10.0.0.1", false);
     live_[id] = ex;
     ex->Start();
     Reap();
@@ -134,10 +134,15 @@ TEST(WaitRegistryTest, AddRefusesWhenFullOrWhenTheKeyChangedSinceTheRead) {
   int woken = 0;
   uint64_t epoch = waits.Epoch("k");
   waits.Notify("k");  // a completion between the read and Add
-  EXPECT_EQ(waits.Add("k", epoch, [&] { ++woken; }, 10, &id), WaitRegistry::AddResult::kChanged);
+  EXPECT_EQ(waits.Add(
+                "k", epoch, [&] { ++woken; }, 10, &id),
+            WaitRegistry::AddResult::kChanged);
   epoch = waits.Epoch("k");
-  EXPECT_EQ(waits.Add("k", epoch, [&] { ++woken; }, 1, &id), WaitRegistry::AddResult::kAdded);
-  EXPECT_EQ(waits.Add("j", waits.Epoch("j"), [&] { ++woken; }, 1, &id),
+  EXPECT_EQ(waits.Add(
+                "k", epoch, [&] { ++woken; }, 1, &id),
+            WaitRegistry::AddResult::kAdded);
+  EXPECT_EQ(waits.Add(
+                "j", waits.Epoch("j"), [&] { ++woken; }, 1, &id),
             WaitRegistry::AddResult::kFull);
   EXPECT_EQ(waits.size(), 1u);
   waits.Notify("k");
