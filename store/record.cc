@@ -4,7 +4,7 @@
 //   fixed header (70 bytes):
 //     version u8 | state u8 | attempt u32 | owner u64 | created i64 | expires i64 |
 //     lease_until i64 | fingerprint[32]
-//   version 2 only: completed i64 (when the response was stored; 0 = in flight)
+//   version 2, completed records only: completed i64 (when the response was stored)
 //   response:
 //     status u16 | reason (u32 len + bytes) | header count u32 |
 //     count x (name: u32 len + bytes, value: u32 len + bytes) | body (u32 len + bytes)
@@ -120,7 +120,9 @@ std::string EncodeRecord(const Record& record) {
   PutFixed(&out, static_cast<uint64_t>(record.expires_ms), 8);
   PutFixed(&out, static_cast<uint64_t>(record.lease_until_ms), 8);
   out.append(reinterpret_cast<const char*>(record.fingerprint.data()), record.fingerprint.size());
-  PutFixed(&out, static_cast<uint64_t>(record.completed_ms), 8);
+  if (record.state == RecordState::kCompleted) {
+    PutFixed(&out, static_cast<uint64_t>(record.completed_ms), 8);
+  }
   PutFixed(&out, static_cast<uint16_t>(resp.status), 2);
   PutString(&out, resp.reason);
   PutFixed(&out, resp.headers.size(), 4);
@@ -137,7 +139,9 @@ std::optional<Record> DecodeRecord(std::string_view bytes) {
   Record r;
   uint64_t version = 0, completed = 0;
   if (!ReadHeader(&in, &r, &version)) return std::nullopt;
-  if (version >= 2 && !in.Fixed(8, &completed)) return std::nullopt;
+  if (version >= 2 && r.state == RecordState::kCompleted && !in.Fixed(8, &completed)) {
+    return std::nullopt;
+  }
   r.completed_ms = static_cast<TimeMs>(completed);
   if (!ReadResponse(&in, &r.response) || in.left() != 0) return std::nullopt;
   return r;

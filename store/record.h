@@ -61,7 +61,7 @@ struct RecordHeader {
   TimeMs expires_ms = 0;
 };
 
-// 2 adds completed_ms after the fixed header; 1 (still read) has none.
+// 2 adds completed_ms after the fixed header of a completed record; 1 (still read) has none.
 inline constexpr uint8_t kRecordFormatVersion = 2;
 
 // Versioned binary encoding: fixed header first, then the stored response.
