@@ -110,8 +110,7 @@ Exchange::Exchange(ExchangeEnv* env, ResponseSink* sink, std::shared_ptr<const C
       request_(std::move(request)),
       client_ip_(std::move(client_ip)),
       proto_(tls ? "https" : "http"),
-      started_us_(env->MonoUs()),
-      self_(std::make_shared<Exchange*>(this)) {}
+      started_us_(env->MonoUs()) {}
 
 Exchange::~Exchange() = default;
 

@@ -97,6 +97,7 @@ void Exchange::OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms) {
   const int64_t left_ms = (wait_deadline_us_ - now) / 1000;
   if (env_->draining() && waited_us_ >= 0) wait_end_ = WaitEnd::kShutdown;
   if (left_ms <= 0 || env_->draining()) return RespondInUse(retry_after_s);
+  if (!self_) self_ = std::make_shared<Exchange*>(this);
   std::weak_ptr<Exchange*> self = self_;
   ExchangeEnv* env = env_;
   auto wake = [env, self] {

@@ -10,14 +10,15 @@ size_t WaitRegistry::Slot(std::string_view record_key) {
 }
 
 uint64_t WaitRegistry::Epoch(std::string_view record_key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return epochs_[Slot(record_key)];
+  return epochs_[Slot(record_key)].load(std::memory_order_acquire);
 }
 
 WaitRegistry::AddResult WaitRegistry::Add(const std::string& record_key, uint64_t epoch, Wake wake,
                                           uint64_t max_waiters, uint64_t* id) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (epochs_[Slot(record_key)] != epoch) return AddResult::kChanged;
+  if (epochs_[Slot(record_key)].load(std::memory_order_relaxed) != epoch) {
+    return AddResult::kChanged;
+  }
   if (count_ >= max_waiters) return AddResult::kFull;
   *id = next_id_++;
   by_key_[record_key].push_back({*id, std::move(wake)});
@@ -41,7 +42,7 @@ void WaitRegistry::Notify(const std::string& record_key) {
   std::vector<Waiter> woken;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++epochs_[Slot(record_key)];
+    epochs_[Slot(record_key)].fetch_add(1, std::memory_order_release);
     auto it = by_key_.find(record_key);
     if (it == by_key_.end()) return;
     woken.swap(it->second);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -42,8 +43,9 @@ class WaitRegistry {
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::vector<Waiter>> by_key_;
-  // Notifications per hash slot of the key: a collision only costs a spurious re-check.
-  std::array<uint64_t, 4096> epochs_{};
+  // Notifications per hash slot of the key: a collision only costs a spurious re-check. Read
+  // without the lock (every guarded request reads one); changed and compared under it.
+  std::array<std::atomic<uint64_t>, 4096> epochs_{};
   uint64_t next_id_ = 1;
   uint64_t count_ = 0;
 };
