@@ -115,6 +115,7 @@ class Exchange {
   void OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms);
   void PlanWait();
   void OnWaitOver(bool woken);
+  void OnPolled(LookupResult found);
   void StopWaiting();
   // This attempt's key was completed or released: wake its waiters in this process.
   void NotifyWaiters();

@@ -11,6 +11,7 @@
 #include "conf/config.h"
 #include "proxy/exchange.h"
 #include "proxy/wait_registry.h"
+#include "store/claim_rules.h"
 
 namespace idemgate {
 
@@ -135,7 +136,43 @@ void Exchange::OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms) {
 void Exchange::OnWaitOver(bool woken) {
   if (phase_ != Phase::kWaiting) return;  // a stale wake: already moved on
   StopWaiting();
-  if (!FastPath()) Claim();
+  if (!env_->store().Shared()) {
+    if (!FastPath()) Claim();
+    return;
+  }
+  // W4: a shared store is read (on the store's thread), not claimed: a poll writes nothing.
+  // Still Waiting meanwhile; a client gone or a drain may end the exchange first.
+  wait_epoch_ = env_->waits().Epoch(wait_key_);
+  std::weak_ptr<Exchange*> self = self_;
+  ExchangeEnv* env = env_;
+  env_->store().LookupAsync(guard_.scope, guard_.key, [env, self](LookupResult found) {
+    env->Post([self, found = std::move(found)]() mutable {
+      if (auto alive = self.lock()) (*alive)->OnPolled(std::move(found));
+    });
+  });
+}
+
+// A poll's read: replay, 422, or wait again; a record gone or past its lease goes to Claim.
+void Exchange::OnPolled(LookupResult found) {
+  if (phase_ != Phase::kWaiting) return;
+  if (found.outcome == LookupOutcome::kFound) {
+    RecordVerdict verdict = JudgeRecord(found.record, guard_.fingerprint, found.now_ms);
+    switch (verdict.outcome) {
+      case ClaimOutcome::kReplay:
+        outcome_ = Outcome::kReplay;
+        replay_stored_ms_ = StoredAtMs(found.record);
+        return RespondShared(ShareReplay(std::move(found.record)), true);
+      case ClaimOutcome::kMismatch:
+        outcome_ = Outcome::kMismatch;
+        return RespondMismatch(found.record.fingerprint);
+      case ClaimOutcome::kInFlight:
+        return OnInFlight(verdict.retry_after_s, found.record.lease_until_ms);
+      case ClaimOutcome::kFresh:
+      case ClaimOutcome::kTakeover:
+        break;  // writes: the store's Claim decides atomically
+    }
+  }
+  Claim();
 }
 
 void Exchange::StopWaiting() {

@@ -114,6 +114,16 @@ class PgStore final : public Store, public pg::ConnListener {
     return f.get();
   }
 
+  void LookupAsync(const ScopeId& scope, std::string key, LookupCallback done) override {
+    auto op = std::make_unique<Op>();
+    op->kind = OpKind::kLookup;
+    op->sql = pg::kLookupSql;
+    ScopeKey(op.get(), scope, key);
+    op->params.Int(Offset());
+    op->lookup_done = std::move(done);
+    Submit(std::move(op));
+  }
+
   void Delete(const ScopeId& scope, std::string key, StatusCallback done) override {
     auto op = std::make_unique<Op>();
     op->kind = OpKind::kDelete;

@@ -56,13 +56,18 @@ class QueuedStore final : public Store {
       done(d.status);
     });
   }
-  LookupResult Lookup(const ScopeId& scope, std::string_view key, LookupMode) override {
-    ++lookups;
+  LookupResult Lookup(const ScopeId& scope, std::string_view key, LookupMode mode) override {
     LookupResult r;
+    if (shared && mode == LookupMode::kNoWait) {  // as PgStore: nothing at hand, ask Claim
+      r.outcome = LookupOutcome::kNotCached;
+      return r;
+    }
+    ++lookups;
     std::optional<Record> found = Find(MakeRecordKey(scope, key));
     if (found && !found->ExpiredAt(clock_->NowMs())) {
       r.outcome = LookupOutcome::kFound;
       r.record = *found;
+      r.now_ms = clock_->NowMs();
     }
     return r;
   }
@@ -95,7 +100,7 @@ class QueuedStore final : public Store {
   }
 
   std::map<std::string, Record> records;
-  bool shared = false;  // as a database other instances write to (waiters poll it)
+  bool shared = false;  // as PostgreSQL: other instances write it; kNoWait reads nothing
   int claims = 0, completes = 0, releases = 0, lookups = 0;
 
  private:

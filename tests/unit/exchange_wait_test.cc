@@ -285,6 +285,7 @@ TEST_F(ExchangeWaitTest, SharedStoreIsPolledWithBackoff) {
   int waiter = Begin(Post("k", "wait=10"));
   Settle();
   int lookups = store_.lookups;
+  const int claims = store_.claims;
   env_.Advance(49);
   Settle();
   EXPECT_EQ(store_.lookups, lookups);  // never more often than every 50 ms
@@ -294,6 +295,7 @@ TEST_F(ExchangeWaitTest, SharedStoreIsPolledWithBackoff) {
   env_.Advance(700);  // polls at +150 and +350 and +750 ms: backing off
   Settle();
   EXPECT_EQ(store_.lookups, lookups + 4);
+  EXPECT_EQ(store_.claims, claims);  // a poll reads; it never claims (writes)
   // "Another instance" completes the key.
   Record& r = store_.records.begin()->second;
   r.state = RecordState::kCompleted;
