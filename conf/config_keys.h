@@ -24,6 +24,7 @@ enum class Kind {
   kBool,
   kInt,         // an integer in [min, max]
   kDuration,    // "30s": at most max (milliseconds)
+  kDurationOrOff,  // as kDuration, or "0s": off
   kSize,        // "1MiB" or bytes: at most max
   kStrings,     // an array of strings
 };
@@ -35,10 +36,8 @@ enum class Reload {
 
 // A pointer to the Config field that holds a key's value (or a value derived from a key).
 using FieldRef = std::variant<std::string*, bool*, int*, int64_t*, uint64_t*,
-                              std::vector<std::string>*, HostPort*>;
+                              std::vector<std::string>*, HostPort*, std::vector<HostPort>*>;
 using FieldFn = FieldRef (*)(Config&);
-
-inline constexpr int64_t kDurationZeroOk = -1;
 
 struct KeySpec {
   std::string_view section;
@@ -46,7 +45,7 @@ struct KeySpec {
   Kind kind;
   Reload reload;
   FieldFn field;
-  int64_t min = 0;  // kInt; kDuration: kDurationZeroOk lets "0s" (off) through
+  int64_t min = 0;  // kInt
   int64_t max = 0;  // kInt, kDuration (ms), kSize (bytes)
   // Key-specific validation or derivation, run after the value is read (present: in the file).
   void (*check)(const Context& ctx, const SectionReader& r, bool present, Config* config) = nullptr;
