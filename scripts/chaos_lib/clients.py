@@ -15,6 +15,7 @@ class Record:
     def __init__(self):
         self.lock = threading.Lock()
         self.inflight = {}     # key -> outstanding requests
+        self.calls = {}        # key -> SDK calls under way (retries and backoff included)
         self.body = {}         # key -> the body it was first sent with
         self.finals = {}       # key -> [answer] (same body)
         self.diff = []         # (key, answer) for deliberately different bodies
@@ -37,6 +38,19 @@ class Record:
             if self.inflight[key] == 0:
                 del self.inflight[key]
             self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def call_begins(self, key, delta):
+        with self.lock:
+            self.calls[key] = self.calls.get(key, 0) + delta
+            if self.calls[key] == 0:
+                del self.calls[key]
+
+    def mark_calls(self, reason):
+        """Marks every key whose SDK call is under way, between retries too (for the record of
+        why a key gave up; never an excuse)."""
+        with self.lock:
+            for key in self.calls:
+                self.hits.setdefault(key, set()).add(reason)
 
     def mark_inflight(self, reason):
         with self.lock:
@@ -72,6 +86,14 @@ def retryable(status, body):
 
 
 def call(rec, ports, key, body, stop, rng, give_up_s=40.0):
+    rec.call_begins(key, 1)
+    try:
+        return call_retrying(rec, ports, key, body, rng, give_up_s)
+    finally:
+        rec.call_begins(key, -1)
+
+
+def call_retrying(rec, ports, key, body, rng, give_up_s):
     """One SDK call: retries with backoff, each attempt to any of the gateways' `ports` (as
     behind a load balancer); returns the final answer or None (gave up)."""
     t0, delay = time.monotonic(), 0.05

@@ -164,7 +164,10 @@ class Nemesis:
         self.bump("clock steps")
         self.rec.mark_inflight("clock step")  # not an excuse for a second execution
         gw = self.rng.choice(self.gws)
-        gw.faults.set(clock_offset_s=self.rng.choice([-1, 1]) * self.rng.randint(5, 900))
+        offset = self.rng.choice([-1, 1]) * self.rng.randint(5, 900)
+        step = offset - gw.faults.values.get("clock_offset_s", 0)
+        self.rec.mark_calls(f"clock step {'back' if step < 0 else 'forward'} (in a call)")
+        gw.faults.set(clock_offset_s=offset)
 
     def fill_disk(self):
         self.bump("disk full")
