@@ -98,8 +98,11 @@ class Nemesis:
             if took is not None:
                 self.stats.setdefault("recovery_s", []).append(took)
                 return
-            self.violations.append(("comes back", f"gateway not answering within {self.comeback_s} s "
-                                    f"of a restart ({why}); see {gw.log_path}"))
+            how = (f"exited during start-up (status {gw.proc.returncode})"
+                   if gw.proc.poll() is not None else
+                   f"not answering within {self.comeback_s} s")
+            self.violations.append(("comes back", f"gateway {how} after a restart ({why}); "
+                                    f"see {gw.log_path}"))
             gw.kill()
 
     def check_alive(self):

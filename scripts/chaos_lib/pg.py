@@ -235,10 +235,12 @@ class PgCluster:
         return promoted, time.monotonic() - t0
 
     def dsn(self):
-        """Both nodes; libpq follows whichever is the primary."""
+        """Both nodes; libpq follows whichever is the primary. A gateway exits at start-up when
+        no primary answers within connect_timeout: 2 s was too short on this loaded 2-core box
+        (a 15-minute run saw one restart fail), 10 s is what an operator would set."""
         return ("host=127.0.0.1,127.0.0.1 port=" + ",".join(str(p) for p in self.ports) +
                 " user=idemgate dbname=postgres target_session_attrs=read-write "
-                "connect_timeout=2")
+                "connect_timeout=10")
 
     def stop(self):
         for node in (0, 1):
