@@ -231,6 +231,18 @@ std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout) {
   return error;
 }
 
+std::string ProbeUpstreamGroup(const Config::Upstream& group, milliseconds timeout) {
+  std::vector<HostPort> servers = group.addrs;
+  if (servers.empty()) servers.push_back(group.addr);
+  std::string errors;
+  for (const HostPort& server : servers) {
+    std::string error = ProbeUpstream(server, timeout);
+    if (error.empty()) return "";
+    errors += (errors.empty() ? "" : "; ") + error;
+  }
+  return errors;
+}
+
 AdminServer::AdminServer(Gateway* gateway, Metrics* metrics)
     : gateway_(gateway), metrics_(metrics) {}
 
@@ -305,7 +317,7 @@ void AdminServer::HandleReady(evhttp_request* req) {
   std::string store = ProbeStore(gateway_->store, kStoreProbeTimeout);
   milliseconds connect_timeout(
       std::min<int64_t>(config->upstream.connect_timeout_ms, kUpstreamProbeMaxTimeout.count()));
-  std::string upstream = ProbeUpstream(config->upstream.addr, connect_timeout);
+  std::string upstream = ProbeUpstreamGroup(config->upstream, connect_timeout);
   bool draining = draining_.load(std::memory_order_relaxed);
   bool ready = store.empty() && upstream.empty() && !draining;
   std::string body = std::string("{\"ready\":") + (ready ? "true" : "false");

@@ -23,6 +23,8 @@ class Metrics;
 // Empty on success, else the reason.
 std::string ProbeStore(Store* store, std::chrono::milliseconds timeout);
 std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout);
+// "" when at least one server of the group answers ProbeUpstream; else every server's error.
+std::string ProbeUpstreamGroup(const Config::Upstream& group, std::chrono::milliseconds timeout);
 
 class AdminServer {
  public:
