@@ -42,8 +42,15 @@ def check(rec, execs, replays, takeover, violations):
     twice, not_recorded = {}, {}
     for key, answers in rec.finals.items():
         check_unrecorded(rec, key, answers, not_recorded, violations)
-        check_answers(key, [a for a in answers if not unrecorded(a)], replays.get(key),
-                      by_key.get(key, []), violations)
+        stored = [a for a in answers if not unrecorded(a)]
+        if not stored and replays.get(key) is None and rec.hits.get(key, set()) & EXCUSES:
+            # Nothing was ever stored and the record is still in flight at the replay: its
+            # lease, on the wall clock, outlasts the replay (a backward clock step after the
+            # claim extends it: availability, README "Known, not fixed").
+            not_recorded["(still in flight at the replay)"] = (
+                not_recorded.get("(still in flight at the replay)", 0) + 1)
+            continue
+        check_answers(key, stored, replays.get(key), by_key.get(key, []), violations)
     for key, a in rec.diff:
         if a[0] != 422:
             violations.append(("422 only for different bodies", f"{key}: a different body "
