@@ -11,6 +11,7 @@
 
 #include "conf/config_keys.h"
 #include "conf/config_reader.h"
+#include "conf/config_routes.h"
 #include "conf/config_values.h"
 
 namespace idemgate {
@@ -67,11 +68,14 @@ void CheckAcrossKeys(const Context& ctx, const std::map<std::string_view, Sectio
 
 constexpr std::string_view kGroupsSection = "upstreams";  // [upstreams.NAME]: named groups
 
-// Refuses top-level keys that are not known sections, and known sections that are not tables.
+// Refuses top-level keys that are not known sections, and known sections that are not tables
+// ([[routes]], an array of tables, is checked by ReadRoutes).
 void CheckSections(const Context& ctx, std::vector<std::string_view> sections) {
   sections.push_back(kGroupsSection);
+  sections.push_back("routes");
   for (const auto& [key, node] : *ctx.root) {
     const uint32_t line = key.source().begin.line;
+    if (key.str() == "routes") continue;
     if (std::find(sections.begin(), sections.end(), key.str()) == sections.end()) {
       std::string known;
       for (std::string_view s : sections) known += (known.empty() ? "" : ", ") + std::string(s);
@@ -154,6 +158,7 @@ Config BuildConfig(const Context& ctx) {
   }
   ReadUpstreamGroups(ctx, &config);
   CheckAcrossKeys(ctx, readers, config);
+  conf::ReadRoutes(ctx, &config);
   return config;
 }
 

@@ -18,6 +18,8 @@ struct HostPort {
   bool operator==(const HostPort&) const = default;
 };
 
+struct Route;
+
 struct Config {
   struct Listen {
     std::string address = "0.0.0.0:8080";
@@ -64,6 +66,9 @@ struct Config {
     std::vector<std::string> require_key;          // path prefixes that must carry a key
     std::vector<std::string> fingerprint_headers;  // lower-cased
     bool takeover = true;  // C5: false = an expired attempt is answered 502, never re-executed
+    // Upstream statuses answered but not stored (the claim is released: a retry executes
+    // again). Set only by a route ([[routes]] no_store_statuses); none at the top level (R1).
+    std::vector<int> no_store_statuses;
   } idempotency;
 
   struct Scope {
@@ -109,6 +114,24 @@ struct Config {
   struct Log {
     std::string access = "stdout";  // "stdout", "off" or a file path
   } log;
+
+  // In order; empty in a route's effective config (conf/config_routes.cc).
+  std::vector<Route> routes;
+  // In a route's effective config: the group `upstream` is a copy of ("" = [upstream]).
+  std::string upstream_group;
+};
+
+// One [[routes]] entry: requests whose path starts with `prefix` (and whose Host is `host`, when
+// set) run with `effective`, the top-level config with the route's keys applied. First match wins.
+struct Route {
+  std::string prefix;        // as written; starts with '/', no dot segments, "//" or escapes
+  std::string match_prefix;  // lower-cased: what a normalized request path is compared with
+  std::string host;      // lower-cased, without port; "" = any host
+  std::string upstream;  // the [upstreams.NAME] group; "" = the [upstream] group
+  std::vector<int> no_store_statuses;
+  std::vector<std::string> overridden;  // the keys the route sets, "idempotency.ttl", ...
+  std::string label;                    // "routes[2] (prefix \"/v1/refunds\")", for messages
+  std::shared_ptr<const Config> effective;
 };
 
 struct ConfigResult {

@@ -177,6 +177,31 @@ bool SectionReader::StringArray(std::string_view key, std::vector<std::string>* 
   return true;
 }
 
+bool SectionReader::IntArray(std::string_view key, std::vector<int64_t>* out) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  const auto* array = node->as_array();
+  if (array == nullptr) WrongType(key, "an array of integers", *node);
+  std::vector<int64_t> values;
+  for (const toml::node& element : *array) {
+    const auto* value = element.as_integer();
+    if (value == nullptr) {
+      Fail(key, "expected an array of integers, got an element of type " +
+                    std::string(TypeName(element)));
+    }
+    values.push_back(value->get());
+  }
+  *out = std::move(values);
+  return true;
+}
+
+const toml::table* SectionReader::Table(std::string_view key) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return nullptr;
+  if (!node->is_table()) WrongType(key, "a table", *node);
+  return node->as_table();
+}
+
 namespace {
 
 // "<digits><unit>" whose number is too large to represent: a well-formed value, only too big.
