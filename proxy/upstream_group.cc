@@ -27,7 +27,7 @@ std::string Label(const Server& server) {
 }
 }  // namespace
 
-struct UpstreamGroup::Call {
+struct UpstreamGroup::Call final : StreamCall, std::enable_shared_from_this<Call> {
   UpstreamGroup* group = nullptr;
   std::string request;
   bool head = false;
@@ -36,6 +36,30 @@ struct UpstreamGroup::Call {
   size_t start = 0;           // the round-robin position it started from
   size_t index = 0;           // the server trying it now
   std::vector<size_t> tried;  // servers that refused it (nothing sent), each tried once
+  // A streamed call: the server's call in progress, and what the client end did so far.
+  StreamReceiver* receiver = nullptr;
+  StreamCall* conn = nullptr;
+  bool ended = false;
+
+  void WriteBody(std::string_view prefix, std::string_view data, std::string_view suffix) override {
+    if (conn != nullptr) conn->WriteBody(prefix, data, suffix);
+  }
+  void EndBody() override {
+    ended = true;
+    if (conn != nullptr) conn->EndBody();
+  }
+  size_t Unsent() const override { return conn != nullptr ? conn->Unsent() : 0; }
+  void PauseResponse(bool paused) override {
+    if (conn != nullptr) conn->PauseResponse(paused);
+  }
+  void Cancel() override {
+    std::shared_ptr<Call> keep = shared_from_this();  // the server's call held the last reference
+    StreamCall* current = conn;
+    conn = nullptr;
+    if (current == nullptr) return;
+    --group->servers_[index].in_flight;
+    current->Cancel();
+  }
 };
 
 UpstreamGroup::UpstreamGroup(event_base* base, std::string name, const Config::Upstream& config,
@@ -175,21 +199,45 @@ void UpstreamGroup::Send(std::string request, bool head_request, const UpstreamL
   Try(std::move(call));
 }
 
+StreamCall* UpstreamGroup::SendStream(std::string head, bool head_request,
+                                      const UpstreamLimits& limits, StreamReceiver* receiver,
+                                      UpstreamCallback done) {
+  auto call = std::make_shared<Call>();
+  call->group = this;
+  call->request = std::move(head);
+  call->head = head_request;
+  call->limits = limits;
+  call->done = std::move(done);
+  call->receiver = receiver;
+  call->start = next_++;
+  call->index = Pick(call->start, call->tried);
+  StreamCall* handle = call.get();
+  Try(std::move(call));
+  return handle;
+}
+
 // The callback holds only the call's shared_ptr, small enough for std::function's own storage.
 void UpstreamGroup::Try(std::shared_ptr<Call> call) {
   Server& server = servers_[call->index];
   ++server.in_flight;
   UpstreamPool* pool = server.pool.get();
-  std::string request = std::move(call->request);
-  const bool head = call->head;
-  const UpstreamLimits& limits = call->limits;
-  pool->Send(std::move(request), head, limits,
+  Call* raw = call.get();
+  if (raw->receiver != nullptr) {
+    raw->conn = pool->SendStream(
+        std::move(raw->request), raw->head, raw->limits, raw->receiver,
+        [call](UpstreamResult result) { call->group->OnResult(call, std::move(result)); });
+    if (raw->ended) raw->conn->EndBody();
+    return;
+  }
+  std::string request = std::move(raw->request);
+  pool->Send(std::move(request), raw->head, raw->limits,
              [call](UpstreamResult result) { call->group->OnResult(call, std::move(result)); });
 }
 
 void UpstreamGroup::OnResult(std::shared_ptr<Call> call, UpstreamResult result) {
   const size_t index = call->index;
   --servers_[index].in_flight;
+  call->conn = nullptr;  // that server's call is over (a retry makes another)
   if (result.error != UpstreamError::kUnavailable) {
     // The server answered, or the request reached it (a reset, a timeout): it takes connections.
     if (servers_[index].out_until != SteadyClock::time_point{}) {
