@@ -243,6 +243,9 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
     // The gateway's own header (R2: a first answer never carries it), even from a backend that
     // deduplicates too.
     if (HeaderNameEquals(h.name, "Idempotent-Replayed")) continue;
+    // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
+    // not stored.
+    if (HeaderNameEquals(h.name, "Age")) continue;
     stored.headers.emplace_back(h.name, h.value);
   }
   stored.body = response.body;
@@ -259,7 +262,8 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed,
 }
 
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
-                                  ConnectionHeader connection, bool head_request, bool* send_body) {
+                                  ConnectionHeader connection, bool head_request, bool* send_body,
+                                  std::string_view extra_headers) {
   std::string out;
   out.reserve(256);
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
@@ -271,6 +275,7 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
   out.append("\r\n");
   for (const auto& [name, value] : response.headers) AppendHeader(&out, name, value);
   if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
+  out.append(extra_headers);
   const bool no_body_status =
       (response.status >= 100 && response.status < 200) || response.status == 204 ||
       response.status == 304;

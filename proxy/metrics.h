@@ -49,7 +49,9 @@ struct ExchangeSample {
   int upstream_status = 0;         // 0: no upstream response
   std::optional<UpstreamError> upstream_error;
   int64_t total_us = 0;
-  int64_t upstream_us = -1;  // -1: nothing went upstream
+  int64_t upstream_us = -1;           // -1: nothing went upstream
+  WaitEnd wait_end = WaitEnd::kNone;  // a duplicate that waited for a first answer (§10)
+  int64_t wait_us = -1;               // -1: did not wait
 };
 
 // Why a client connection was closed (every close carries one).
@@ -97,6 +99,8 @@ class MetricsShard {
   std::atomic<uint64_t> answers_dropped_{0};
   Histogram request_latency_;
   Histogram upstream_latency_;
+  std::array<std::atomic<uint64_t>, kWaitEndCount> waits_{};  // §10: by WaitEnd (kNone unused)
+  Histogram wait_latency_;
   std::array<Histogram, kStoreOpCount> store_latency_;  // by StoreOp
 };
 
@@ -114,6 +118,7 @@ class Metrics {
   // More families, rendered at scrape time after these (build, process, reload: ops_metrics.h).
   void SetExtraSource(std::function<std::string()> fn) { extra_ = std::move(fn); }
   void SetUnsentBytesSource(std::function<uint64_t()> fn) { unsent_bytes_ = std::move(fn); }
+  void SetWaitersSource(std::function<uint64_t()> fn) { waiters_ = std::move(fn); }
 
   // The Prometheus text exposition format, version 0.0.4.
   std::string Render() const;
@@ -122,6 +127,7 @@ class Metrics {
   void RenderHistograms(MetricsWriter* w) const;
   void RenderGauges(MetricsWriter* w) const;
   void RenderConnectionLimits(MetricsWriter* w) const;
+  void RenderWaits(MetricsWriter* w) const;
 
   std::vector<std::unique_ptr<MetricsShard>> shards_;
   Histogram batch_size_;
@@ -129,6 +135,7 @@ class Metrics {
   std::function<uint64_t()> log_dropped_;
   std::function<std::string()> extra_;
   std::function<uint64_t()> unsent_bytes_;
+  std::function<uint64_t()> waiters_;
 };
 
 inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";

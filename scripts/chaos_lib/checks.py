@@ -8,10 +8,14 @@ INVARIANTS = ["one final answer", "at most one execution", "no answer invented",
 EXCUSES = {"kill", "pause>lease", "crash", "disk fault", "disk stall", "disk full"}
 
 
+# What only a replay carries (R2, R6) or what answers a client's Prefer (§10): not compared.
+PER_ANSWER = {"idempotent-replayed", "age", "preference-applied"}
+
+
 def norm(ans):
     status, headers, body = ans
     return (status, tuple((k.lower(), v) for k, v in headers
-                          if k.lower() != "idempotent-replayed"), body)
+                          if k.lower() not in PER_ANSWER), body)
 
 
 def exec_id(body):

@@ -48,11 +48,13 @@ inline std::string ErrorCodeOf(const HttpResponse& r) {
   return std::regex_search(r.body, m, kError) ? m[1].str() : "";
 }
 
-// The raw bytes of a replay are the first answer's plus one header line.
+// The raw bytes of a replay are the first answer's plus Idempotent-Replayed and Age (R2, R6).
 inline std::string WithoutReplayedHeader(std::string raw) {
   const std::string line = "Idempotent-Replayed: true\r\n";
   size_t at = raw.find(line);
   if (at != std::string::npos) raw.erase(at, line.size());
+  at = raw.find("\r\nAge: ");
+  if (at != std::string::npos) raw.erase(at, raw.find("\r\n", at + 2) - at);
   return raw;
 }
 
