@@ -44,6 +44,7 @@ class AdminServer {
   void HandleMetrics(evhttp_request* req);
   void HandleReady(evhttp_request* req);
   void HandleRecords(evhttp_request* req);
+  void HandleBackup(evhttp_request* req);
   void LookupRecord(evhttp_request* req, const ScopeId& scope, const std::string& key);
   // Refused (409) while an attempt's lease is alive, unless `force`; every delete is logged.
   void DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key,

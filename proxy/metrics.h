@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,11 @@ class MetricsWriter;
 inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kRejected) + 1;
 inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::kUpstreamTimeout) + 1;
 inline constexpr size_t kUpstreamErrorCount = static_cast<size_t>(UpstreamError::kTimeout) + 1;
+
+// The codes an answer with outcome "rejected" can carry: those the gateway answers before
+// anything went upstream, outside the in_flight (409) and mismatch (422) outcomes. Only these get
+// an idemgate_requests_total{outcome="rejected",code} series, so no series stays 0 forever.
+bool CanBeRejected(ErrorCode code);
 
 enum class StoreOp { kClaim, kComplete, kRelease };
 inline constexpr size_t kStoreOpCount = 3;
@@ -95,7 +101,7 @@ class MetricsShard {
   std::array<std::atomic<uint64_t>, kCloseReasonCount> closed_{};  // by CloseReason
   std::atomic<uint64_t> accept_errors_{0};
   std::atomic<uint64_t> answers_dropped_{0};
-  Histogram request_latency_;
+  std::deque<Histogram> request_latency_;  // by Outcome (a deque: Histogram does not move)
   Histogram upstream_latency_;
   std::array<Histogram, kStoreOpCount> store_latency_;  // by StoreOp
 };
