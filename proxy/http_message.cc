@@ -210,6 +210,9 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
     // The gateway's own header (R2: a first answer never carries it), even from a backend that
     // deduplicates too.
     if (HeaderNameEquals(h.name, "Idempotent-Replayed")) continue;
+    // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
+    // replay never carries the first request's.
+    if (HeaderNameEquals(h.name, "X-Request-Id")) continue;
     stored.headers.emplace_back(h.name, h.value);
   }
   stored.body = response.body;
@@ -217,16 +220,18 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
 }
 
 std::string SerializeResponse(const StoredResponse& response, bool replayed,
-                              ConnectionHeader connection, bool head_request) {
+                              ConnectionHeader connection, bool head_request,
+                              std::string_view request_id) {
   bool send_body = false;
-  std::string out =
-      SerializeResponseHead(response, replayed, connection, head_request, &send_body);
+  std::string out = SerializeResponseHead(response, replayed, connection, head_request,
+                                          &send_body, request_id);
   if (send_body) out.append(response.body);
   return out;
 }
 
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
-                                  ConnectionHeader connection, bool head_request, bool* send_body) {
+                                  ConnectionHeader connection, bool head_request, bool* send_body,
+                                  std::string_view request_id) {
   std::string out;
   out.reserve(256);
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
@@ -236,7 +241,11 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
     out.append(response.reason);
   }
   out.append("\r\n");
-  for (const auto& [name, value] : response.headers) AppendHeader(&out, name, value);
+  for (const auto& [name, value] : response.headers) {
+    if (!request_id.empty() && HeaderNameEquals(name, "X-Request-Id")) continue;
+    AppendHeader(&out, name, value);
+  }
+  if (!request_id.empty()) AppendHeader(&out, "X-Request-Id", request_id);
   if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
   const bool no_body_status =
       (response.status >= 100 && response.status < 200) || response.status == 204 ||

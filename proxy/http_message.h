@@ -82,24 +82,27 @@ struct Response {
 std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
                                      std::string_view proto, std::string_view default_host = {});
 
-// Turns an upstream response into what is stored and replayed: hop-by-hop headers and
-// Content-Length dropped, everything else in order, byte for byte. The answer to a HEAD keeps
-// the upstream's Content-Length: it gives the size of a body that is not sent, which the
-// gateway cannot recompute.
+// Turns an upstream response into what is stored and replayed: hop-by-hop headers,
+// X-Request-Id (every answer carries its own request's) and Content-Length dropped, everything
+// else in order, byte for byte. The answer to a HEAD keeps the upstream's Content-Length: it
+// gives the size of a body that is not sent, which the gateway cannot recompute.
 StoredResponse ToStoredResponse(const Response& response, bool head_request);
 
 // The Connection header of an answer: none (HTTP/1.1 keeps the connection by default), close,
 // or keep-alive (an HTTP/1.0 client that asked for it must be told it was granted).
 enum class ConnectionHeader { kNone, kClose, kKeepAlive };
 
-// The bytes sent to the client: status line, the stored headers, Idempotent-Replayed when
-// `replayed`, Content-Length, then `connection`. A HEAD request, 1xx, 204 and 304 get no body
-// (for HEAD the Content-Length still tells the body's size).
+// The bytes sent to the client: status line, the stored headers, X-Request-Id (this request's,
+// in place of any stored one) unless `request_id` is empty, Idempotent-Replayed when `replayed`,
+// Content-Length, then `connection`. A HEAD request, 1xx, 204 and 304 get no body (for HEAD the
+// Content-Length still tells the body's size).
 std::string SerializeResponse(const StoredResponse& response, bool replayed,
-                              ConnectionHeader connection, bool head_request);
+                              ConnectionHeader connection, bool head_request,
+                              std::string_view request_id = {});
 // The same bytes up to and including the blank line; *send_body tells whether response.body
 // follows them (so a caller can send the body without copying it).
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
-                                  ConnectionHeader connection, bool head_request, bool* send_body);
+                                  ConnectionHeader connection, bool head_request, bool* send_body,
+                                  std::string_view request_id = {});
 
 }  // namespace idemgate
