@@ -25,6 +25,7 @@
 #include "proxy/errors.h"
 #include "proxy/guard.h"
 #include "proxy/metrics.h"
+#include "proxy/tls.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -218,7 +219,7 @@ std::string ProbeStore(Store* store, milliseconds timeout) {
   return status.message.empty() ? "the store refused the write" : status.message;
 }
 
-std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout) {
+std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout, SSL_CTX* tls) {
   std::string where = upstream.host + ":" + std::to_string(upstream.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -246,6 +247,9 @@ std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout) {
       error = "cannot connect to " + where + ": " + strerror(errno);
     } else if (so_error != 0) {
       error = "cannot connect to " + where + ": " + strerror(so_error);
+    } else if (tls != nullptr) {  // https: the handshake and certificate check, as requests do
+      error = ProbeTlsHandshake(fd, tls, upstream.host, static_cast<int>(timeout.count()));
+      if (!error.empty()) error = where + ": " + error;
     }
   }
   if (fd >= 0) close(fd);
@@ -329,7 +333,8 @@ void AdminServer::HandleReady(evhttp_request* req) {
   std::string store = ProbeStore(gateway_->store, kStoreProbeTimeout);
   milliseconds connect_timeout(
       std::min<int64_t>(config->upstream.connect_timeout_ms, kUpstreamProbeMaxTimeout.count()));
-  std::string upstream = ProbeUpstream(config->upstream.addr, connect_timeout);
+  std::string upstream =
+      ProbeUpstream(config->upstream.addr, connect_timeout, gateway_->upstream_tls);
   bool draining = draining_.load(std::memory_order_relaxed);
   bool ready = store.empty() && upstream.empty() && !draining;
   std::string body = std::string("{\"ready\":") + (ready ? "true" : "false");

@@ -2,6 +2,8 @@
 // the data-plane loops. /metrics, /healthz, /readyz, and the support-staff record API.
 #pragma once
 
+#include <openssl/ssl.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,7 +24,9 @@ class Metrics;
 // The readiness probes, usable on their own (they block the calling thread, never a loop).
 // Empty on success, else the reason.
 std::string ProbeStore(Store* store, std::chrono::milliseconds timeout);
-std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout);
+// `tls` (may be null): an https upstream, probed with a verified TLS handshake.
+std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout,
+                          SSL_CTX* tls = nullptr);
 
 class AdminServer {
  public:

@@ -1,6 +1,7 @@
 // TLS through the real binary: the client-facing listener (curl with the right CA, without it,
 // with the wrong one, TLS 1.1) and https upstreams (CA file, wrong CA, IP SAN, name mismatch).
 #include <regex>
+#include <thread>
 
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/tls_tools.h"
@@ -279,9 +280,56 @@ TEST_F(HttpsUpstreamTest, CertificateWithoutTheNameIs502) {
   StartFront("localhost", ca_.cert);
   ExpectUnavailable("up-name");
   EXPECT_EQ(upstream_.requests(), 0);
+  EXPECT_NE(gateway_.log().find("WARN upstream: upstream unavailable: TLS certificate "
+                                "verification failed for localhost: hostname mismatch"),
+            std::string::npos)
+      << gateway_.log();
   StartFront("127.0.0.1", ca_.cert);  // no IP SAN either
   ExpectUnavailable("up-name");
   EXPECT_EQ(upstream_.requests(), 0);
+  EXPECT_NE(gateway_.log().find("TLS certificate verification failed for 127.0.0.1: IP address mismatch"),
+            std::string::npos)
+      << gateway_.log();
+}
+
+// A certificate the gateway does not trust: the log and the access log say why, and /readyz
+// is not green (it completes a verified handshake, not just a TCP connect). With the right CA,
+// /readyz is green.
+TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
+  StartTlsOrigin(server_);
+  Set("admin", "address", "\"127.0.0.1:0\"");
+  Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
+  StartFront("localhost", wrong_ca_.cert);
+  uint16_t admin = gateway_.WaitForPort("admin listening on ");
+  ASSERT_NE(admin, 0) << gateway_.log();
+  ExpectUnavailable("up-why");
+  const std::string why = "TLS certificate verification failed for localhost: ";
+  EXPECT_NE(gateway_.log().find("WARN upstream: upstream unavailable: " + why), std::string::npos)
+      << gateway_.log();
+  std::string log;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       log.find("upstream_unavailable") == std::string::npos &&
+       std::chrono::steady_clock::now() < deadline;
+       log = dir_.ReadFile("access.log")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(log.find("\"error\":\"upstream_unavailable\",\"error_detail\":\"" + why),
+            std::string::npos)
+      << log;
+
+  HttpResponse ready = TestClient(admin).Request("GET", "/readyz");
+  EXPECT_EQ(ready.status, 503) << ready.raw;
+  EXPECT_NE(ready.body.find("\"upstream\":\"localhost:" + std::to_string(origin_port_) + ": " +
+                            why),
+            std::string::npos)
+      << ready.body;
+  EXPECT_NE(ready.body.find("\"store\":\"ok\""), std::string::npos) << ready.body;
+
+  StartFront("localhost", ca_.cert);
+  admin = gateway_.WaitForPort("admin listening on ");
+  HttpResponse green = TestClient(admin).Request("GET", "/readyz");
+  EXPECT_EQ(green.status, 200) << green.raw;
+  EXPECT_EQ(upstream_.requests(), 0);  // the probes never sent a request
 }
 
 }  // namespace
