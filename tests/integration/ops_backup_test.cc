@@ -83,6 +83,7 @@ TEST_F(BackupTest, BackupWhileServingThenKillRestoreAndEveryKeyReplays) {
                                 " result=written"),
             std::string::npos)
       << gateway_.log();
+  EXPECT_EQ(gateway_.log().find("WARN store"), std::string::npos) << gateway_.log();
 
   gateway_.Kill(SIGKILL);
   gateway_.Wait();
