@@ -269,8 +269,8 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
     *error = "cannot create the admin listener";
     return false;
   }
-  evhttp_set_allowed_methods(http_,
-                             EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST);
+  evhttp_set_allowed_methods(
+      http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST);
   evhttp_set_max_headers_size(http_, 16 << 10);
   evhttp_set_max_body_size(http_, 0);
   evhttp_set_timeout(http_, 10);
@@ -384,15 +384,14 @@ void AdminServer::HandleBackup(evhttp_request* req) {
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
   const auto now = std::chrono::system_clock::now();
-  const int64_t now_ms =
-      std::chrono::duration_cast<milliseconds>(now.time_since_epoch()).count();
+  const int64_t now_ms = std::chrono::duration_cast<milliseconds>(now.time_since_epoch()).count();
   std::string stamp = FormatRfc3339(now_ms, true);  // 2026-11-30T19:01:02.345Z
   std::erase(stamp, ':');
   const std::string dir = root + "/idemgate-" + stamp;
   const auto started = std::chrono::steady_clock::now();
-  StoreStatus status = ec ? StoreStatus{StoreCode::kIoError, "cannot create " + root + ": " +
-                                                                 ec.message()}
-                          : gateway_->store->Checkpoint(dir);
+  StoreStatus status =
+      ec ? StoreStatus{StoreCode::kIoError, "cannot create " + root + ": " + ec.message()}
+         : gateway_->store->Checkpoint(dir);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   LogF(status.ok() ? LogLevel::kInfo : LogLevel::kError, "admin",
@@ -405,8 +404,9 @@ void AdminServer::HandleBackup(evhttp_request* req) {
   char took[32];
   snprintf(took, sizeof(took), "%.3f", seconds);
   ReplyJson(req, 200, "OK",
-            "{\"backup\":\"" + JsonEscape(dir) + "\",\"records\":" +
-                std::to_string(gateway_->store->ApproximateRecords()) + ",\"seconds\":" + took + "}");
+            "{\"backup\":\"" + JsonEscape(dir) +
+                "\",\"records\":" + std::to_string(gateway_->store->ApproximateRecords()) +
+                ",\"seconds\":" + took + "}");
 }
 
 void AdminServer::HandleRecords(evhttp_request* req) {

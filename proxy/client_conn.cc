@@ -194,8 +194,8 @@ void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bo
                                 : http10_ ? ConnectionHeader::kKeepAlive
                                           : ConnectionHeader::kNone;
   bool send_body = false;
-  std::string head = SerializeResponseHead(*response, replayed, connection, head_request_,
-                                           &send_body, request_id);
+  std::string head =
+      SerializeResponseHead(*response, replayed, connection, head_request_, &send_body, request_id);
   if (!Write(std::move(head), send_body ? std::move(response) : nullptr)) {
     return Close(CloseReason::kWriteFailed);
   }

@@ -223,8 +223,8 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed,
                               ConnectionHeader connection, bool head_request,
                               std::string_view request_id) {
   bool send_body = false;
-  std::string out = SerializeResponseHead(response, replayed, connection, head_request,
-                                          &send_body, request_id);
+  std::string out =
+      SerializeResponseHead(response, replayed, connection, head_request, &send_body, request_id);
   if (send_body) out.append(response.body);
   return out;
 }

@@ -197,9 +197,9 @@ class UpstreamConn {
   std::string ConnectFailure() {
     const int socket_error = EVUTIL_SOCKET_ERROR();
     if (pool_->tls() != nullptr) {
-      std::string tls = DescribeTlsFailure(bufferevent_openssl_get_ssl(bev_.get()),
-                                           bufferevent_get_openssl_error(bev_.get()),
-                                           pool_->host());
+      std::string tls =
+          DescribeTlsFailure(bufferevent_openssl_get_ssl(bev_.get()),
+                             bufferevent_get_openssl_error(bev_.get()), pool_->host());
       if (!tls.empty()) return tls;
       if (TcpConnected()) return "TLS handshake failed: the upstream closed the connection";
     }

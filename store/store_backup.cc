@@ -60,8 +60,7 @@ std::string CopyFile(const std::string& from, const std::string& to, mode_t mode
 }
 
 bool IsMetaFile(const fs::path& path) {
-  return path.filename().string().rfind("IDEMGATE-META-", 0) == 0 &&
-         path.extension() != ".tmp";
+  return path.filename().string().rfind("IDEMGATE-META-", 0) == 0 && path.extension() != ".tmp";
 }
 
 StoreStatus Failed(const std::string& message) { return {StoreCode::kIoError, message}; }

@@ -121,7 +121,6 @@ TEST_F(GatewayTest, RequestIdIsForwardedAndLogged) {
   EXPECT_NE(log.find("\"request_id\":\"" + made + "\""), std::string::npos) << log;
 }
 
-
 // Every answer carries its own request's X-Request-Id: a first answer, a replay (never the first
 // request's id, nor one the upstream echoed or set, which is not stored), a gateway error, a
 // passthrough. The access log has the replay under its own id.
@@ -152,8 +151,8 @@ TEST_F(GatewayTest, EveryAnswerReturnsItsOwnRequestId) {
 
   HttpResponse made = Post("rid-r", "{}");  // none given: the gateway's own, returned
   EXPECT_EQ(made.HeaderCount("X-Request-Id"), 1) << made.raw;
-  EXPECT_TRUE(std::regex_match(made.Header("X-Request-Id").value_or(""),
-                               std::regex("[0-9a-f]{32}")))
+  EXPECT_TRUE(
+      std::regex_match(made.Header("X-Request-Id").value_or(""), std::regex("[0-9a-f]{32}")))
       << made.raw;
 
   HttpResponse rejected = Post("rid-401", "{}", "/v1/payment_intents", {{"X-Request-Id", "e-1"}});

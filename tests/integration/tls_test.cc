@@ -287,8 +287,9 @@ TEST_F(HttpsUpstreamTest, CertificateWithoutTheNameIs502) {
   StartFront("127.0.0.1", ca_.cert);  // no IP SAN either
   ExpectUnavailable("up-name");
   EXPECT_EQ(upstream_.requests(), 0);
-  EXPECT_NE(gateway_.log().find("TLS certificate verification failed for 127.0.0.1: IP address mismatch"),
-            std::string::npos)
+  EXPECT_NE(
+      gateway_.log().find("TLS certificate verification failed for 127.0.0.1: IP address mismatch"),
+      std::string::npos)
       << gateway_.log();
 }
 
@@ -319,9 +320,9 @@ TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
 
   HttpResponse ready = TestClient(admin).Request("GET", "/readyz");
   EXPECT_EQ(ready.status, 503) << ready.raw;
-  EXPECT_NE(ready.body.find("\"upstream\":\"localhost:" + std::to_string(origin_port_) + ": " +
-                            why),
-            std::string::npos)
+  EXPECT_NE(
+      ready.body.find("\"upstream\":\"localhost:" + std::to_string(origin_port_) + ": " + why),
+      std::string::npos)
       << ready.body;
   EXPECT_NE(ready.body.find("\"store\":\"ok\""), std::string::npos) << ready.body;
 

@@ -37,18 +37,17 @@ TEST(MetricsRender, ZeroSeriesArePresentBeforeAnyTraffic) {
 TEST(MetricsRender, NoRejectedSeriesForCodesThatAreNeverRejected) {
   Metrics metrics(1);
   std::string text = metrics.Render();
-  for (const char* code : {"idempotency_key_in_use", "idempotency_key_reused",
-                           "upstream_unavailable", "upstream_failed", "not_forwarded",
-                           "upstream_timeout"}) {
+  for (const char* code :
+       {"idempotency_key_in_use", "idempotency_key_reused", "upstream_unavailable",
+        "upstream_failed", "not_forwarded", "upstream_timeout"}) {
     EXPECT_EQ(text.find("outcome=\"rejected\",code=\"" + std::string(code) + "\""),
               std::string::npos)
         << code;
-    EXPECT_EQ(Value(text, "idemgate_error_responses_total{code=\"" + std::string(code) + "\"}"),
-              0);
+    EXPECT_EQ(Value(text, "idemgate_error_responses_total{code=\"" + std::string(code) + "\"}"), 0);
   }
-  for (const char* code : {"bad_request", "missing_credentials", "idempotency_key_missing",
-                           "idempotency_key_invalid", "request_timeout", "request_too_large",
-                           "headers_too_large", "store_unavailable"}) {
+  for (const char* code :
+       {"bad_request", "missing_credentials", "idempotency_key_missing", "idempotency_key_invalid",
+        "request_timeout", "request_too_large", "headers_too_large", "store_unavailable"}) {
     EXPECT_EQ(Value(text, "idemgate_requests_total{outcome=\"rejected\",code=\"" +
                               std::string(code) + "\"}"),
               0)
@@ -114,8 +113,7 @@ TEST(MetricsRender, ShardsAreSummedAtScrape) {
   EXPECT_EQ(Value(t, fresh_h + "le=\"+Inf\"}"), 2);
   EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_count{outcome=\"fresh\"}"), 2);
   EXPECT_DOUBLE_EQ(Value(t, "idemgate_request_duration_seconds_sum{outcome=\"fresh\"}"), 0.0014);
-  const std::string rejected_h =
-      "idemgate_request_duration_seconds_bucket{outcome=\"rejected\",";
+  const std::string rejected_h = "idemgate_request_duration_seconds_bucket{outcome=\"rejected\",";
   EXPECT_EQ(Value(t, rejected_h + "le=\"30\"}"), 0);
   EXPECT_EQ(Value(t, rejected_h + "le=\"+Inf\"}"), 1);
   EXPECT_DOUBLE_EQ(Value(t, "idemgate_request_duration_seconds_sum{outcome=\"rejected\"}"), 40);

@@ -1,6 +1,8 @@
 // Online backups of the RocksDB store: a checkpoint taken while the writer commits holds every
 // record completed before it, with the store's meta files, and a restore copies it into a new
 // store that opens on its own.
+#include "store/store_backup.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -9,7 +11,6 @@
 #include <thread>
 
 #include "store/rocks_store.h"
-#include "store/store_backup.h"
 #include "tests/unit/store_test_util.h"
 
 namespace idemgate {
