@@ -394,6 +394,7 @@ void AdminServer::HandleBackup(evhttp_request* req) {
          : gateway_->store->Checkpoint(dir);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (metrics_) metrics_->BackupFinished(status.ok(), now_ms);
   LogF(status.ok() ? LogLevel::kInfo : LogLevel::kError, "admin",
        "backup: client=%s path=%s result=%s%s", PeerAddress(req).c_str(), dir.c_str(),
        status.ok() ? "written" : "failed: ", status.message.c_str());

@@ -276,6 +276,13 @@ void Metrics::RenderGauges(MetricsWriter* w) const {
   w->Family("idemgate_access_log_dropped_total", "counter",
             "Access log lines dropped because the write buffer was full.");
   w->Sample("idemgate_access_log_dropped_total", "", log_dropped_ ? log_dropped_() : 0);
+  w->Family("idemgate_backups_total", "counter", "POST /backup calls by result.");
+  w->Sample("idemgate_backups_total", Label("result", "written"), Load(backups_written_));
+  w->Sample("idemgate_backups_total", Label("result", "failed"), Load(backups_failed_));
+  w->Family("idemgate_backup_last_written_timestamp_seconds", "gauge",
+            "When the last backup was written (Unix time; 0: none since the gateway started).");
+  w->Sample("idemgate_backup_last_written_timestamp_seconds", "",
+            static_cast<uint64_t>(last_backup_ms_.load(std::memory_order_relaxed) / 1000));
   RenderConnectionLimits(w);
 }
 

@@ -120,6 +120,11 @@ class Metrics {
   // More families, rendered at scrape time after these (build, process, reload: ops_metrics.h).
   void SetExtraSource(std::function<std::string()> fn) { extra_ = std::move(fn); }
   void SetUnsentBytesSource(std::function<uint64_t()> fn) { unsent_bytes_ = std::move(fn); }
+  // POST /backup's outcome (the admin thread); `unix_ms`: when a written one finished.
+  void BackupFinished(bool written, int64_t unix_ms) {
+    (written ? backups_written_ : backups_failed_).fetch_add(1, std::memory_order_relaxed);
+    if (written) last_backup_ms_.store(unix_ms, std::memory_order_relaxed);
+  }
 
   // The Prometheus text exposition format, version 0.0.4.
   std::string Render() const;
@@ -135,6 +140,9 @@ class Metrics {
   std::function<uint64_t()> log_dropped_;
   std::function<std::string()> extra_;
   std::function<uint64_t()> unsent_bytes_;
+  std::atomic<uint64_t> backups_written_{0};
+  std::atomic<uint64_t> backups_failed_{0};
+  std::atomic<int64_t> last_backup_ms_{0};  // 0: none written since start
 };
 
 inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";

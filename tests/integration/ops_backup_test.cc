@@ -79,11 +79,19 @@ TEST_F(BackupTest, BackupWhileServingThenKillRestoreAndEveryKeyReplays) {
       << backup.body;
   const std::string checkpoint = m[1].str();
   EXPECT_EQ(checkpoint.rfind(dir_.Path("backups") + "/idemgate-", 0), 0u) << checkpoint;
-  EXPECT_NE(gateway_.log().find("INFO admin: backup: client=127.0.0.1 path=" + checkpoint +
-                                " result=written"),
-            std::string::npos)
+  EXPECT_TRUE(gateway_.WaitForOutput("INFO admin: backup: client=127.0.0.1 path=" + checkpoint +
+                                     " result=written"))
       << gateway_.log();
   EXPECT_EQ(gateway_.log().find("WARN store"), std::string::npos) << gateway_.log();
+  HttpResponse metrics = TestClient(admin_port_).Request("GET", "/metrics");
+  EXPECT_NE(metrics.body.find("\nidemgate_backups_total{result=\"written\"} 1\n"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("\nidemgate_backups_total{result=\"failed\"} 0\n"),
+            std::string::npos);
+  EXPECT_TRUE(std::regex_search(
+      metrics.body, std::regex("\nidemgate_backup_last_written_timestamp_seconds [1-9][0-9]{9}\n")))
+      << metrics.body;
 
   gateway_.Kill(SIGKILL);
   gateway_.Wait();
@@ -128,6 +136,22 @@ TEST_F(BackupTest, NeedsTheTokenAndPost) {
   EXPECT_EQ(get.status, 405) << get.raw;
   EXPECT_EQ(get.Header("Allow"), "POST");
   EXPECT_FALSE(std::filesystem::exists(dir_.Path("backups")));
+}
+
+TEST_F(BackupTest, AFailedBackupIsAnErrorAndCounted) {
+  dir_.WriteFile("not-a-dir", "x");  // backup_dir below a file: it cannot be created
+  Set("admin", "backup_dir", "\"" + dir_.Path("not-a-dir") + "/backups\"");
+  StartWithAdmin();
+  HttpResponse r = Admin("POST", Auth());
+  EXPECT_EQ(r.status, 500) << r.raw;
+  EXPECT_NE(r.body.find("\"error\":\"backup_failed\""), std::string::npos) << r.body;
+  EXPECT_TRUE(gateway_.WaitForOutput("ERROR admin: backup: client=127.0.0.1")) << gateway_.log();
+  HttpResponse metrics = TestClient(admin_port_).Request("GET", "/metrics");
+  EXPECT_NE(metrics.body.find("\nidemgate_backups_total{result=\"failed\"} 1\n"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("\nidemgate_backup_last_written_timestamp_seconds 0\n"),
+            std::string::npos);
 }
 
 TEST_F(BackupTest, OffWithoutABackupDir) {
