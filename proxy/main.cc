@@ -366,8 +366,9 @@ int Main(int argc, char** argv) {
     Log(LogLevel::kError, "config", loaded.error);
     return 1;
   }
-  if (!RunPreflight(*loaded.config, args.config_path)) return 1;
+  // A restore needs only store.path: an upstream that does not resolve right now must not stop it.
   if (!args.restore_from.empty()) return Restore(*loaded.config, args.restore_from);
+  if (!RunPreflight(*loaded.config, args.config_path)) return 1;
   if (args.check_only) {
     printf("%s: configuration OK\n", args.config_path.c_str());
     return 0;
