@@ -1,5 +1,10 @@
 // TLS through the real binary: the client-facing listener (curl with the right CA, without it,
 // with the wrong one, TLS 1.1) and https upstreams (CA file, wrong CA, IP SAN, name mismatch).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <regex>
 #include <thread>
 
@@ -329,6 +334,42 @@ TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
   HttpResponse green = TestClient(admin).Request("GET", "/readyz");
   EXPECT_EQ(green.status, 200) << green.raw;
   EXPECT_EQ(upstream_.requests(), 0);  // the probes never sent a request
+}
+
+
+// An https upstream that accepts TCP but never answers the TLS handshake (a listener that never
+// accepts: the kernel completes the TCP handshake): a handshake timeout, not a "connect timeout",
+// in the log; /readyz says so too.
+TEST_F(GatewayTest, HttpsUpstreamThatNeverHandshakesIsAHandshakeTimeout) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  Set("upstream", "url", "\"https://127.0.0.1:" + port + "\"");
+  Set("upstream", "connect_timeout", "\"500ms\"");
+  Set("admin", "address", "\"127.0.0.1:0\"");
+  StartGateway();
+  uint16_t admin = gateway_.WaitForPort("admin listening on ");
+  ASSERT_NE(admin, 0) << gateway_.log();
+
+  HttpResponse r = Post("hs-1", kBody);
+  EXPECT_EQ(r.status, 502) << r.raw;
+  EXPECT_EQ(ErrorCodeOf(r.body), "upstream_unavailable") << r.body;
+  EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: TLS handshake timeout"))
+      << gateway_.log();
+  HttpResponse ready = TestClient(admin).Request("GET", "/readyz");
+  EXPECT_EQ(ready.status, 503) << ready.raw;
+  EXPECT_NE(ready.body.find("\"upstream\":\"127.0.0.1:" + port +
+                            ": no TLS handshake within 500ms\""),
+            std::string::npos)
+      << ready.body;
+  close(fd);
 }
 
 }  // namespace
