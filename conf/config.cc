@@ -3,6 +3,7 @@
 #include "conf/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "conf/config_keys.h"
 #include "conf/config_reader.h"
+#include "conf/config_routes.h"
 #include "conf/config_values.h"
 
 namespace idemgate {
@@ -51,7 +53,7 @@ void CheckLeaseAndTtl(const Context& ctx, const SectionReader& idem, const Secti
   }
 }
 
-// Checks that span keys: TLS needs both files; ca_file only for https://; C4.
+// Checks that span keys: TLS needs both files; C4 (ca_file only for https://: CheckUpstreamHost).
 void CheckAcrossKeys(const Context& ctx, const std::map<std::string_view, SectionReader>& readers,
                      const Config& config) {
   const SectionReader& listen = readers.at("listen");
@@ -61,17 +63,19 @@ void CheckAcrossKeys(const Context& ctx, const std::map<std::string_view, Sectio
                 cert ? "is set but listen.tls_key is not; TLS needs both"
                      : "is set but listen.tls_cert is not; TLS needs both");
   }
-  const SectionReader& upstream = readers.at("upstream");
-  if (!config.upstream.ca_file.empty() && !config.upstream.tls) {
-    upstream.Fail("ca_file", "is set but upstream.url is not https://");
-  }
-  CheckLeaseAndTtl(ctx, readers.at("idempotency"), upstream, config);
+  CheckLeaseAndTtl(ctx, readers.at("idempotency"), readers.at("upstream"), config);
 }
 
-// Refuses top-level keys that are not known sections, and known sections that are not tables.
-void CheckSections(const Context& ctx, const std::vector<std::string_view>& sections) {
+constexpr std::string_view kGroupsSection = "upstreams";  // [upstreams.NAME]: named groups
+
+// Refuses top-level keys that are not known sections, and known sections that are not tables
+// ([[routes]], an array of tables, is checked by ReadRoutes).
+void CheckSections(const Context& ctx, std::vector<std::string_view> sections) {
+  sections.push_back(kGroupsSection);
+  sections.push_back("routes");
   for (const auto& [key, node] : *ctx.root) {
     const uint32_t line = key.source().begin.line;
+    if (key.str() == "routes") continue;
     if (std::find(sections.begin(), sections.end(), key.str()) == sections.end()) {
       std::string known;
       for (std::string_view s : sections) known += (known.empty() ? "" : ", ") + std::string(s);
@@ -83,6 +87,50 @@ void CheckSections(const Context& ctx, const std::vector<std::string_view>& sect
                                           "expected a section [" + std::string(key.str()) +
                                               "], got " + std::string(conf::TypeName(node))));
     }
+  }
+}
+
+bool IsGroupName(std::string_view name) {
+  if (name.empty() || name.size() > 64 || name == "default") return false;
+  for (char ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-') return false;
+  }
+  return true;
+}
+
+// [upstreams.NAME]: each a group with the keys of [upstream], from their built-in defaults, and
+// url or servers required (a group that named no server would go to the default url).
+void ReadUpstreamGroups(const Context& ctx, Config* config) {
+  const toml::table* groups = (*ctx.root)[kGroupsSection].as_table();
+  if (groups == nullptr) return;
+  std::vector<std::string_view> names;
+  for (const conf::KeySpec& key : conf::ConfigKeys()) {
+    if (key.section == "upstream") names.push_back(key.name);
+  }
+  for (const auto& [key, node] : *groups) {
+    const std::string section = std::string(kGroupsSection) + "." + std::string(key.str());
+    const uint32_t line = key.source().begin.line;
+    if (!IsGroupName(key.str())) {
+      throw ConfigError(conf::FormatError(
+          ctx.file, line, section,
+          "a group name is 1 to 64 letters, digits, '_' or '-', and not \"default\""));
+    }
+    if (!node.is_table()) {
+      throw ConfigError(conf::FormatError(
+          ctx.file, line, section,
+          "expected a section [" + section + "], got " + std::string(conf::TypeName(node)) +
+              " ([upstreams.NAME] are named groups; the default group's keys go in [upstream])"));
+    }
+    SectionReader r(node.as_table(), section, ctx.file, names);
+    r.RejectUnknownKeys();
+    Config group;
+    for (const conf::KeySpec& spec : conf::ConfigKeys()) {
+      if (spec.section == "upstream") conf::ReadKey(spec, ctx, r, &group);
+    }
+    if (!r.Has("url") && !r.Has("servers")) {
+      r.Fail("servers", "a named group needs url or servers");
+    }
+    config->upstream_groups.emplace(std::string(key.str()), std::move(group.upstream));
   }
 }
 
@@ -108,7 +156,9 @@ Config BuildConfig(const Context& ctx) {
       if (key.section == section) conf::ReadKey(key, ctx, r, &config);
     }
   }
+  ReadUpstreamGroups(ctx, &config);
   CheckAcrossKeys(ctx, readers, config);
+  conf::ReadRoutes(ctx, &config);
   return config;
 }
 
@@ -119,6 +169,12 @@ std::string SyntaxError(const std::string& file, const toml::parse_error& e) {
 }
 
 }  // namespace
+
+const Config::Upstream* Config::FindUpstream(std::string_view name) const {
+  if (name.empty() || name == "default") return &upstream;
+  auto it = upstream_groups.find(name);
+  return it == upstream_groups.end() ? nullptr : &it->second;
+}
 
 ConfigResult ParseConfig(std::string_view toml_text, const std::string& filename) {
   ConfigResult result;

@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace idemgate {
@@ -15,6 +18,8 @@ struct HostPort {
   bool operator==(const HostPort&) const = default;
 };
 
+struct Route;
+
 struct Config {
   struct Listen {
     std::string address = "0.0.0.0:8080";
@@ -23,17 +28,35 @@ struct Config {
     std::string tls_key;
   } listen;
 
+  // An upstream group: one server (url) or several (servers), all http:// or all https://.
   struct Upstream {
     std::string url = "http://127.0.0.1:9000";
+    std::vector<std::string> servers;  // instead of url: "http://a:80", ...; empty = url
     bool tls = false;      // https://
-    HostPort addr;         // parsed from url (default port 80 / 443)
+    HostPort addr;         // parsed from url, or the first of servers (default port 80 / 443)
+    std::vector<HostPort> addrs;  // every server: parsed from servers, else {addr}
+    std::string balance = "round_robin";  // or "least_conn"
+    std::string health_path;              // active GET health check path; "" = passive only
+    int64_t health_interval_ms = 5'000;
+    // A server that refused a connection (or failed its health check) is left out this long.
+    int64_t fail_timeout_ms = 10'000;
+    int64_t resolve_interval_ms = 0;  // re-resolve server names this often; 0 = once
+    std::string host;                 // Host header sent upstream; "" = as the client sent it
     std::string ca_file;   // for https upstreams; empty = system CA store
     int64_t connect_timeout_ms = 5'000;
     int64_t response_timeout_ms = 20'000;
     // A pooled keep-alive connection idle this long is not reused: below the upstream's own
     // keep-alive, so the two ends do not close it together (gunicorn: 2 s, Node: 5 s).
     int64_t idle_timeout_ms = 1'000;
-  } upstream;
+    bool operator==(const Upstream&) const = default;
+  } upstream;  // the default group
+
+  // Named groups, [upstreams.NAME], each with the keys of [upstream] (defaults as in Config{}).
+  std::map<std::string, Upstream, std::less<>> upstream_groups;
+
+  // The group a route names: "" or "default" is [upstream]; nullptr when there is none.
+  const Upstream* FindUpstream(std::string_view name) const;
+  bool HasUpstream(std::string_view name) const { return FindUpstream(name) != nullptr; }
 
   struct Idempotency {
     std::string header = "Idempotency-Key";
@@ -43,6 +66,9 @@ struct Config {
     std::vector<std::string> require_key;          // path prefixes that must carry a key
     std::vector<std::string> fingerprint_headers;  // lower-cased
     bool takeover = true;  // C5: false = an expired attempt is answered 502, never re-executed
+    // Upstream statuses answered but not stored (the claim is released: a retry executes
+    // again). Set only by a route ([[routes]] no_store_statuses); none at the top level (R1).
+    std::vector<int> no_store_statuses;
   } idempotency;
 
   struct Scope {
@@ -89,6 +115,24 @@ struct Config {
   struct Log {
     std::string access = "stdout";  // "stdout", "off" or a file path
   } log;
+
+  // In order; empty in a route's effective config (conf/config_routes.cc).
+  std::vector<Route> routes;
+  // In a route's effective config: the group `upstream` is a copy of ("" = [upstream]).
+  std::string upstream_group;
+};
+
+// One [[routes]] entry: requests whose path starts with `prefix` (and whose Host is `host`, when
+// set) run with `effective`, the top-level config with the route's keys applied. First match wins.
+struct Route {
+  std::string prefix;        // as written; starts with '/', no dot segments, "//" or escapes
+  std::string match_prefix;  // lower-cased: what a normalized request path is compared with
+  std::string host;      // lower-cased, without port; "" = any host
+  std::string upstream;  // the [upstreams.NAME] group; "" = the [upstream] group
+  std::vector<int> no_store_statuses;
+  std::vector<std::string> overridden;  // the keys the route sets, "idempotency.ttl", ...
+  std::string label;                    // "routes[2] (prefix \"/v1/refunds\")", for messages
+  std::shared_ptr<const Config> effective;
 };
 
 struct ConfigResult {

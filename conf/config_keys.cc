@@ -35,6 +35,61 @@ void CheckUpstreamUrl(const Context&, const SectionReader& r, bool, Config* c) {
   if (!url) r.Fail("url", "bad url \"" + c->upstream.url + "\": " + why);
   c->upstream.tls = url->tls;
   c->upstream.addr = std::move(url->addr);
+  c->upstream.addrs = {c->upstream.addr};
+}
+
+// servers: instead of url; one scheme for all, no server twice.
+void CheckUpstreamServers(const Context&, const SectionReader& r, bool present, Config* c) {
+  Config::Upstream& up = c->upstream;
+  if (!present || up.servers.empty()) return;  // [] = url
+  if (r.Has("url")) r.Fail("servers", "set url (one server) or servers, not both");
+  up.addrs.clear();
+  for (const std::string& server : up.servers) {
+    std::string why;
+    auto url = ParseHttpUrl(server, &why);
+    if (!url) r.Fail("servers", "bad url \"" + server + "\": " + why);
+    if (up.addrs.empty()) up.tls = url->tls;
+    if (url->tls != up.tls) {
+      r.Fail("servers", "mixes http:// and https://; a group uses one scheme");
+    }
+    if (std::find(up.addrs.begin(), up.addrs.end(), url->addr) != up.addrs.end()) {
+      r.Fail("servers", "\"" + server + "\" is listed more than once");
+    }
+    up.addrs.push_back(url->addr);
+  }
+  up.addr = up.addrs.front();
+}
+
+void CheckBalance(const Context&, const SectionReader& r, bool, Config* c) {
+  const std::string& balance = c->upstream.balance;
+  if (balance != "round_robin" && balance != "least_conn") {
+    r.Fail("balance", "must be \"round_robin\" or \"least_conn\", not \"" + balance + "\"");
+  }
+}
+
+bool VisibleAscii(std::string_view text) {
+  for (unsigned char ch : text) {
+    if (ch <= 0x20 || ch >= 0x7f) return false;
+  }
+  return true;
+}
+
+void CheckHealthPath(const Context&, const SectionReader& r, bool, Config* c) {
+  const std::string& path = c->upstream.health_path;
+  if (path.empty()) return;
+  if (path.front() != '/' || !VisibleAscii(path)) {
+    r.Fail("health_path", "\"" + path + "\" must be a path starting with '/', without spaces");
+  }
+}
+
+// The group's last key: also the checks across its keys (ca_file only for https).
+void CheckUpstreamHost(const Context&, const SectionReader& r, bool, Config* c) {
+  if (!VisibleAscii(c->upstream.host)) {
+    r.Fail("host", "\"" + c->upstream.host + "\" must be a host[:port] without spaces");
+  }
+  if (!c->upstream.ca_file.empty() && !c->upstream.tls) {
+    r.Fail("ca_file", "is set but the upstream is not https://");
+  }
 }
 
 // Methods: upper-cased tokens, no safe methods (SPEC G1), no duplicates, at least one.
@@ -158,6 +213,10 @@ const KeySpec kKeys[] = {
     {"upstream", "url", Kind::kString, kRestart, FIELD(upstream.url), 0, 0, CheckUpstreamUrl,
      "The origin: \"http://host[:port]\" or \"https://host[:port]\", no path (default port 80 "
      "/ 443)."},
+    {"upstream", "servers", Kind::kStrings, kRestart, FIELD(upstream.servers), 0, 0,
+     CheckUpstreamServers,
+     "Instead of url: several servers, like [\"http://a:80\", \"http://b:80\"], one scheme for "
+     "all ([] = url)."},
     {"upstream", "ca_file", Kind::kPath, kRestart, FIELD(upstream.ca_file), 0, 0, nullptr,
      "PEM CA bundle to verify an https:// upstream (\"\" = the system CA store); only for "
      "https://."},
@@ -172,6 +231,24 @@ const KeySpec kKeys[] = {
      kHour, nullptr,
      "A pooled keep-alive connection idle this long is not reused; keep it below the upstream's "
      "keep-alive timeout."},
+    {"upstream", "balance", Kind::kString, kRestart, FIELD(upstream.balance), 0, 0, CheckBalance,
+     "How a request picks a server: \"round_robin\" or \"least_conn\" (fewest calls in "
+     "progress)."},
+    {"upstream", "health_path", Kind::kString, kRestart, FIELD(upstream.health_path), 0, 0,
+     CheckHealthPath,
+     "Path of an active GET health check (2xx/3xx = up) on every server (\"\" = passive "
+     "checks only)."},
+    {"upstream", "health_interval", Kind::kDuration, kRestart, FIELD(upstream.health_interval_ms),
+     0, kHour, nullptr, "How often each server's health_path is checked (at most 1h)."},
+    {"upstream", "fail_timeout", Kind::kDuration, kRestart, FIELD(upstream.fail_timeout_ms), 0,
+     kHour, nullptr,
+     "A server that refused a connection (or timed out connecting) is left out this long, then "
+     "tried again (at most 1h)."},
+    {"upstream", "resolve_interval", Kind::kDurationOrOff, kRestart,
+     FIELD(upstream.resolve_interval_ms), 0, kDay, nullptr,
+     "How often server names are resolved again (\"0s\" = once, at start-up; at most 1d)."},
+    {"upstream", "host", Kind::kString, kLive, FIELD(upstream.host), 0, 0, CheckUpstreamHost,
+     "Host header sent to the upstream (\"\" = the client's own Host)."},
 
     // header, methods and fingerprint_headers decide which requests are guarded and how they are
     // fingerprinted: changed under live records, a retry would pass through or get 422.
@@ -269,6 +346,7 @@ const DerivedField kDerived[] = {
     {"", FIELD(listen.addr)},
     {"", FIELD(upstream.addr)},
     {"", FIELD(upstream.tls)},
+    {"", FIELD(upstream.addrs)},
     {"", FIELD(admin.addr)},
     // The file may be rewritten in place: its bytes change the scope ids as much as its path.
     {"scope.secret (file contents)", FIELD(scope.secret)},
@@ -333,7 +411,9 @@ void ReadKey(const KeySpec& key, const Context& ctx, const SectionReader& r, Con
       present = ReadInt(r, key, field);
       break;
     case Kind::kDuration:
-      present = r.Duration(key.name, std::get<int64_t*>(field), key.max);
+    case Kind::kDurationOrOff:
+      present = r.Duration(key.name, std::get<int64_t*>(field), key.max,
+                           key.kind == Kind::kDurationOrOff);
       break;
     case Kind::kSize:
       present = r.Size(key.name, std::get<uint64_t*>(field), static_cast<uint64_t>(key.max));
@@ -378,7 +458,10 @@ std::string FormatDefault(const KeySpec& key) {
       if (auto* narrow = std::get_if<int*>(&field)) return std::to_string(**narrow);
       return std::to_string(*std::get<int64_t*>(field));
     case Kind::kDuration:
-      return Quoted(FormatDurationMs(*std::get<int64_t*>(field)));
+    case Kind::kDurationOrOff: {
+      const int64_t ms = *std::get<int64_t*>(field);
+      return Quoted(ms == 0 ? "0s" : FormatDurationMs(ms));
+    }
     case Kind::kSize:
       return Quoted(FormatSize(*std::get<uint64_t*>(field)));
     case Kind::kStrings: {

@@ -24,6 +24,7 @@ enum class Kind {
   kBool,
   kInt,         // an integer in [min, max]
   kDuration,    // "30s": at most max (milliseconds)
+  kDurationOrOff,  // as kDuration, or "0s": off
   kSize,        // "1MiB" or bytes: at most max
   kStrings,     // an array of strings
 };
@@ -35,7 +36,7 @@ enum class Reload {
 
 // A pointer to the Config field that holds a key's value (or a value derived from a key).
 using FieldRef = std::variant<std::string*, bool*, int*, int64_t*, uint64_t*,
-                              std::vector<std::string>*, HostPort*>;
+                              std::vector<std::string>*, HostPort*, std::vector<HostPort>*>;
 using FieldFn = FieldRef (*)(Config&);
 
 struct KeySpec {

@@ -177,6 +177,31 @@ bool SectionReader::StringArray(std::string_view key, std::vector<std::string>* 
   return true;
 }
 
+bool SectionReader::IntArray(std::string_view key, std::vector<int64_t>* out) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return false;
+  const auto* array = node->as_array();
+  if (array == nullptr) WrongType(key, "an array of integers", *node);
+  std::vector<int64_t> values;
+  for (const toml::node& element : *array) {
+    const auto* value = element.as_integer();
+    if (value == nullptr) {
+      Fail(key, "expected an array of integers, got an element of type " +
+                    std::string(TypeName(element)));
+    }
+    values.push_back(value->get());
+  }
+  *out = std::move(values);
+  return true;
+}
+
+const toml::table* SectionReader::Table(std::string_view key) const {
+  const toml::node* node = Node(key);
+  if (node == nullptr) return nullptr;
+  if (!node->is_table()) WrongType(key, "a table", *node);
+  return node->as_table();
+}
+
 namespace {
 
 // "<digits><unit>" whose number is too large to represent: a well-formed value, only too big.
@@ -190,7 +215,8 @@ bool IsOverflowingAmount(std::string_view text, std::initializer_list<std::strin
 
 }  // namespace
 
-bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_ms) const {
+bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_ms,
+                             bool allow_zero) const {
   const toml::node* node = Node(key);
   if (node == nullptr) return false;
   const auto* value = node->as_string();
@@ -205,7 +231,9 @@ bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_
     Fail(key, "bad duration \"" + text +
                   "\": expected a whole number and a unit (ms, s, m, h, d), like \"5s\"");
   }
-  if (*ms <= 0) Fail(key, "must be longer than 0, got \"" + text + "\"");
+  if (*ms < 0 || (*ms == 0 && !allow_zero)) {
+    Fail(key, "must be longer than 0, got \"" + text + "\"");
+  }
   if (*ms > max_ms) {
     Fail(key, "must be at most " + FormatDurationMs(max_ms) + ", got \"" + text + "\"");
   }

@@ -41,9 +41,13 @@ class SectionReader {
   bool Bool(std::string_view key, bool* out) const;
   bool Int(std::string_view key, int64_t* out) const;
   bool StringArray(std::string_view key, std::vector<std::string>* out) const;
-  // A string like "30s"; must be > 0 and at most `max_ms`.
+  bool IntArray(std::string_view key, std::vector<int64_t>* out) const;
+  // A sub-table ([routes.limits], or an inline table): null when absent; refused when not a table.
+  const toml::table* Table(std::string_view key) const;
+  // A string like "30s"; must be > 0 (>= 0 when `allow_zero`) and at most `max_ms`.
   bool Duration(std::string_view key, int64_t* out_ms,
-                int64_t max_ms = std::numeric_limits<int64_t>::max()) const;
+                int64_t max_ms = std::numeric_limits<int64_t>::max(),
+                bool allow_zero = false) const;
   // A string like "1MiB" or an integer number of bytes; must be > 0 and at most `max`.
   bool Size(std::string_view key, uint64_t* out,
             uint64_t max = std::numeric_limits<uint64_t>::max()) const;

@@ -257,6 +257,19 @@ std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout, SSL_CT
   return error;
 }
 
+std::string ProbeUpstreamGroup(const Config::Upstream& group, milliseconds timeout,
+                               SSL_CTX* tls) {
+  std::vector<HostPort> servers = group.addrs;
+  if (servers.empty()) servers.push_back(group.addr);
+  std::string errors;
+  for (const HostPort& server : servers) {
+    std::string error = ProbeUpstream(server, timeout, tls);
+    if (error.empty()) return "";
+    errors += (errors.empty() ? "" : "; ") + error;
+  }
+  return errors;
+}
+
 AdminServer::AdminServer(Gateway* gateway, Metrics* metrics)
     : gateway_(gateway), metrics_(metrics) {}
 
@@ -334,7 +347,7 @@ void AdminServer::HandleReady(evhttp_request* req) {
   milliseconds connect_timeout(
       std::min<int64_t>(config->upstream.connect_timeout_ms, kUpstreamProbeMaxTimeout.count()));
   std::string upstream =
-      ProbeUpstream(config->upstream.addr, connect_timeout, gateway_->upstream_tls);
+      ProbeUpstreamGroup(config->upstream, connect_timeout, gateway_->upstream_tls);
   bool draining = draining_.load(std::memory_order_relaxed);
   bool ready = store.empty() && upstream.empty() && !draining;
   std::string body = std::string("{\"ready\":") + (ready ? "true" : "false");

@@ -27,6 +27,9 @@ std::string ProbeStore(Store* store, std::chrono::milliseconds timeout);
 // `tls` (may be null): an https upstream, probed with a verified TLS handshake.
 std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout,
                           SSL_CTX* tls = nullptr);
+// "" when at least one server of the group answers ProbeUpstream; else every server's error.
+std::string ProbeUpstreamGroup(const Config::Upstream& group, std::chrono::milliseconds timeout,
+                               SSL_CTX* tls = nullptr);
 
 class AdminServer {
  public:

@@ -10,6 +10,7 @@
 
 #include "proxy/exchange.h"
 #include "proxy/replay_cache.h"
+#include "proxy/routes.h"
 #include "proxy/worker.h"
 
 namespace idemgate {
@@ -142,8 +143,8 @@ void ClientConn::BeginIdle() {
 std::shared_ptr<const Config> ClientConn::RefreshLimits() {
   std::shared_ptr<const Config> config = worker_->gateway().Snapshot();
   if (config != parser_config_) {
-    parser_ = std::make_unique<RequestParser>(config->limits.max_request_body,
-                                              config->limits.max_header_bytes);
+    parser_ =
+        std::make_unique<RequestParser>(MaxRequestBody(*config), config->limits.max_header_bytes);
     parser_config_ = config;
   }
   client_timeout_ms_ = config->limits.client_timeout_ms;

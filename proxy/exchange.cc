@@ -12,6 +12,7 @@
 #include "proxy/metrics.h"
 #include "proxy/replay_cache.h"
 #include "proxy/request_id.h"
+#include "proxy/routes.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -127,6 +128,11 @@ void Exchange::OnLoop(Fn fn) {
 
 void Exchange::Start() {
   request_id_ = AssignRequestId(&request_);  // forwarded with the request, and logged
+  config_ = SelectRoute(config_, request_);  // from here on, the route's policy
+  if (request_.body.size() > config_->limits.max_request_body) {  // a route's own limit
+    outcome_ = Outcome::kRejected;
+    return RespondError(ErrorCode::kRequestTooLarge, BodyLimitDetail(*config_));
+  }
   guard_ = EvaluateGuard(*config_, request_);
   switch (guard_.kind) {
     case GuardKind::kPassthrough:
@@ -255,12 +261,14 @@ void Exchange::Forward() {
   limits.response_timeout_ms = config_->upstream.response_timeout_ms;
   limits.max_response_body = config_->limits.max_response_body;
   limits.idle_timeout_ms = config_->upstream.idle_timeout_ms;
+  limits.group = config_->upstream_group;  // a route's group ("" = [upstream])
   if (guarded) {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));
   }
-  std::string bytes =
-      SerializeUpstreamRequest(request_, client_ip_, proto_, UpstreamHost(config_->upstream));
+  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_,
+                                               UpstreamHost(config_->upstream),
+                                               config_->upstream.host);
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
                      [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }
@@ -297,6 +305,12 @@ void Exchange::OnUpstream(UpstreamResult result) {
       error_ = ErrorCode::kUpstreamTimeout;
       response = MakeErrorResponse(ErrorCode::kUpstreamTimeout);
       break;
+  }
+  if (guarded && result.error == UpstreamError::kNone && NotStored(*config_, response.status)) {
+    error_detail_ = "not stored: the route's no_store_statuses lists this status";
+    pending_ = std::move(response);  // answered once the claim is given back: a retry executes
+    answer_pending_ = true;
+    return Release(ErrorCode::kUpstreamUnavailable);
   }
   if (guarded) return CompleteWith(std::move(response));
   Respond(std::move(response), false);
@@ -380,6 +394,7 @@ void Exchange::OnReleased(const StoreStatus& status) {
                          request_id_.c_str());
     if (error_detail_.empty()) error_detail_ = status.message;
   }
+  if (answer_pending_) return Respond(std::move(pending_), false);
   RespondError(release_code_, release_detail_);
 }
 

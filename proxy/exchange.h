@@ -121,7 +121,8 @@ class Exchange {
   uint64_t cache_generation_ = 0;  // the replay cache's, read before the store was read
   GuardDecision guard_;
   ClaimToken token_;
-  StoredResponse pending_;  // the result being made durable by Complete
+  StoredResponse pending_;       // the result being made durable by Complete
+  bool answer_pending_ = false;  // pending_ is answered after a Release (no_store_statuses)
   ErrorCode release_code_ = ErrorCode::kUpstreamUnavailable;  // the answer after a Release
   std::string release_detail_;
   // Monotonic: before the lease ends, the upstream call and the retries of Complete stop here.

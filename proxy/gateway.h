@@ -4,6 +4,8 @@
 #include <openssl/ssl.h>
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -25,6 +27,8 @@ struct Gateway {
   Metrics* metrics = nullptr;       // may be null
   SSL_CTX* server_tls = nullptr;    // client-facing TLS (listen.tls_cert/tls_key); may be null
   SSL_CTX* upstream_tls = nullptr;  // https upstream; may be null
+  // Named groups that are https ([upstreams.NAME] with its own ca_file), by name.
+  std::map<std::string, SSL_CTX*, std::less<>> upstream_group_tls;
 
   // Completed records' responses, shared by every replay; may be null.
   ReplayCache* replay_cache = nullptr;

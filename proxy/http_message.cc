@@ -164,7 +164,8 @@ std::string_view Request::Path() const {
 }
 
 std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
-                                     std::string_view proto, std::string_view default_host) {
+                                     std::string_view proto, std::string_view default_host,
+                                     std::string_view host_override) {
   std::string out;
   out.reserve(256 + request.body.size());
   out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\n");
@@ -173,6 +174,7 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
   const ConnectionTokens listed(request.headers);
   for (const Header& h : request.headers) {
     if (IsHopByHop(h.name, listed)) continue;
+    if (!host_override.empty() && HeaderNameEquals(h.name, "Host")) continue;
     has_host = has_host || HeaderNameEquals(h.name, "Host");
     if (HeaderNameEquals(h.name, "Content-Length")) continue;
     // The gateway already answered (or skipped) the 100-continue handshake; the body is whole.
@@ -186,7 +188,11 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
     }
     AppendHeader(&out, h.name, h.value);
   }
-  if (!has_host && !default_host.empty()) AppendHeader(&out, "Host", default_host);
+  if (!host_override.empty()) {
+    AppendHeader(&out, "Host", host_override);
+  } else if (!has_host && !default_host.empty()) {
+    AppendHeader(&out, "Host", default_host);
+  }
   if (!forwarded_for.empty()) forwarded_for.append(", ");
   forwarded_for.append(client_ip);
   AppendHeader(&out, "X-Forwarded-For", forwarded_for);

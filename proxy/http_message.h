@@ -78,9 +78,11 @@ struct Response {
 // The request as sent upstream: hop-by-hop headers removed, Content-Length framing,
 // X-Forwarded-For (appended) and X-Forwarded-Proto added; Host and everything else as sent.
 // A request without Host (HTTP/1.0 allows that; it goes out as HTTP/1.1, which does not) gets
-// `default_host`, the upstream's host[:port], when that is not empty.
+// `default_host`, the upstream's host[:port], when that is not empty. A non-empty
+// `host_override` (upstream.host) replaces the client's Host.
 std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
-                                     std::string_view proto, std::string_view default_host = {});
+                                     std::string_view proto, std::string_view default_host = {},
+                                     std::string_view host_override = {});
 
 // Turns an upstream response into what is stored and replayed: hop-by-hop headers,
 // X-Request-Id (every answer carries its own request's) and Content-Length dropped, everything

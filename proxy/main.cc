@@ -213,6 +213,13 @@ class Server {
       if (!upstream_tls_) return false;
       gateway_.upstream_tls = upstream_tls_.get();
     }
+    for (const auto& [name, group] : config.upstream_groups) {
+      if (!group.tls) continue;
+      SslCtxPtr ctx = MakeClientTlsContext(group.ca_file, error);
+      if (!ctx) return false;
+      gateway_.upstream_group_tls.emplace(name, ctx.get());
+      group_tls_.push_back(std::move(ctx));
+    }
     return true;
   }
 
@@ -240,8 +247,15 @@ class Server {
     fflush(stdout);
     LogF(LogLevel::kInfo, "main", "idemgate %s (commit %s): %d workers, upstream %s, store %s",
          GetBuildInfo().version.c_str(), GetBuildInfo().commit.c_str(), count,
-         config.upstream.url.c_str(), DescribeStore(config).c_str());
+         DescribeUpstream(config.upstream).c_str(), DescribeStore(config).c_str());
     return true;
+  }
+
+  static std::string DescribeUpstream(const Config::Upstream& upstream) {
+    if (upstream.servers.empty()) return upstream.url;
+    std::string out;
+    for (const std::string& server : upstream.servers) out += (out.empty() ? "" : ", ") + server;
+    return out + " (" + upstream.balance + ")";
   }
 
   // Each client connection may need an upstream one too, and the store and the loops need some:
@@ -302,6 +316,7 @@ class Server {
   SystemClock clock_;
   SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
   SslCtxPtr upstream_tls_;
+  std::vector<SslCtxPtr> group_tls_;  // named https groups
   Gateway gateway_;
   ReloadStats reload_stats_;           // before metrics_: its source reads it
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed

@@ -85,6 +85,24 @@ void CheckAccessLog(const Config& config, std::vector<PreflightProblem>* out) {
   if (!what.empty()) out->push_back({"log.access", Problem("log.access", what)});
 }
 
+// Every server of every group resolves (the gateway resolves them at start-up and would not
+// start); each https group's ca_file loads.
+void CheckGroups(const Config& config, std::vector<PreflightProblem>* out) {
+  auto check = [out](const std::string& section, const Config::Upstream& group) {
+    const std::string key = section + (group.servers.empty() ? ".url" : ".servers");
+    std::vector<HostPort> servers = group.addrs;
+    if (servers.empty()) servers.push_back(group.addr);
+    for (const HostPort& server : servers) CheckHost(key, server.host, out);
+    std::string error;
+    if (!section.starts_with("upstreams.") || !group.tls) return;
+    if (!MakeClientTlsContext(group.ca_file, &error)) {
+      out->push_back({section + ".ca_file", Problem(section + ".ca_file", error)});
+    }
+  };
+  check("upstream", config.upstream);
+  for (const auto& [name, group] : config.upstream_groups) check("upstreams." + name, group);
+}
+
 void CheckTls(const Config& config, std::vector<PreflightProblem>* out) {
   std::string error;
   const Config::Listen& listen = config.listen;
@@ -107,7 +125,7 @@ void CheckTls(const Config& config, std::vector<PreflightProblem>* out) {
 
 std::vector<PreflightProblem> Preflight(const Config& config) {
   std::vector<PreflightProblem> out;
-  CheckHost("upstream.url", config.upstream.addr.host, &out);
+  CheckGroups(config, &out);
   CheckHost("listen.address", config.listen.addr.host, &out);
   if (!config.admin.address.empty()) CheckHost("admin.address", config.admin.addr.host, &out);
   CheckStore(config, &out);

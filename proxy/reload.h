@@ -15,12 +15,15 @@ struct ReloadPlan {
 };
 
 // Each key's reload class is declared in its row of the key table (conf/config_keys.cc).
-// Restart-only: listen.*, upstream.url/ca_file, store.*, server.workers, admin.address,
+// Restart-only: listen.*, upstream.url/servers/ca_file/balance/health_*/fail_timeout/
+// resolve_interval and the named groups [upstreams.*], store.*, server.workers, admin.address,
 // log.access, scope.* (a new scope secret or header would turn every in-flight retry into a
 // fresh key), and idempotency.header/methods/fingerprint_headers (they decide which requests are
 // guarded and how they are fingerprinted: changed under live records, a retry would pass through
 // and execute again, or get 422). Everything else (limits, timeouts, ttl, lease, require_key,
 // admin.token, server.shutdown_grace) applies to exchanges that start after the reload.
+// [[routes]]: see conf::RoutesShape; a route's ttl, lease, require_key, takeover, limits and
+// no_store_statuses are live, the rest of the table restart-only (kept whole when it changed).
 ReloadPlan PlanReload(const Config& running, const Config& next);
 
 }  // namespace idemgate

@@ -49,17 +49,39 @@ std::map<std::string, std::string> ParseLines(const std::string& text) {
   return out;
 }
 
+std::string JoinHeaders(const std::vector<std::string>& headers) {
+  std::string out;
+  for (const std::string& h : headers) {
+    out += (out.empty() ? "" : ",") + h;  // in order: the fingerprint hashes them so
+  }
+  return out;
+}
+
+// When a route fingerprints with other headers than the top level: every route in order (an
+// added or moved route changes which requests those headers apply to), "host/prefix:headers".
+// No such route: no line, so a store written before routes keeps its signature.
+std::string RoutesLine(const Config& config) {
+  const auto& top = config.idempotency.fingerprint_headers;
+  bool differs = false;
+  for (const Route& route : config.routes) {
+    differs = differs || route.effective->idempotency.fingerprint_headers != top;
+  }
+  if (!differs) return {};
+  std::string out;
+  for (const Route& route : config.routes) {
+    out += (out.empty() ? "" : " ") + route.host + route.prefix + ":" +
+           JoinHeaders(route.effective->idempotency.fingerprint_headers);
+  }
+  return "routes.fingerprint_headers=" + out + "\n";
+}
+
 }  // namespace
 
 std::string SettingsSignature(const Config& config) {
-  std::string headers;
-  for (const std::string& h : config.idempotency.fingerprint_headers) {
-    headers += (headers.empty() ? "" : ",") + h;  // in order: the fingerprint hashes them so
-  }
   return "idempotency.header=" + Lower(config.idempotency.header) + "\n" +
-         "idempotency.fingerprint_headers=" + headers + "\n" +
-         "scope.header=" + Lower(config.scope.header) + "\n" + kSecretKey + "=" +
-         SecretIdentity(config.scope.secret) + "\n";
+         "idempotency.fingerprint_headers=" + JoinHeaders(config.idempotency.fingerprint_headers) +
+         "\n" + "scope.header=" + Lower(config.scope.header) + "\n" + kSecretKey + "=" +
+         SecretIdentity(config.scope.secret) + "\n" + RoutesLine(config);
 }
 
 std::vector<std::string> SignatureDifferences(const std::string& stored, const std::string& now) {

@@ -32,6 +32,7 @@ class UpstreamConn {
   // Starts connecting; the call begins once connected.
   bool Connect() {
     connecting_ = true;  // also on failure below: Start then reports kUnavailable, never sends
+    address_generation_ = pool_->address_generation();
     if (pool_->tls() != nullptr) {
       SSL* ssl = NewUpstreamSsl(pool_->tls(), pool_->host());
       if (ssl == nullptr) return false;
@@ -70,6 +71,8 @@ class UpstreamConn {
   }
 
   void MarkIdle() { idle_since_ = std::chrono::steady_clock::now(); }
+  // Connected to the pool's current address (not to one its server's name no longer has).
+  bool Current() const { return address_generation_ == pool_->address_generation(); }
 
   void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done) {
     request_ = std::move(request);
@@ -246,6 +249,7 @@ class UpstreamConn {
     UpstreamResult result;
     result.error = error;
     result.detail = std::move(detail);
+    if (error == UpstreamError::kUnavailable) result.unsent_request = std::move(request_);
     Finish(std::move(result), false);
   }
 
@@ -267,6 +271,7 @@ class UpstreamConn {
   }
 
   UpstreamPool* pool_;
+  uint64_t address_generation_ = 0;
   BufferEventPtr bev_;
   std::unique_ptr<ResponseParser> parser_;
   uint64_t parser_max_ = 0;
@@ -295,6 +300,18 @@ UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* 
     addr_len_ = res->ai_addrlen;
   }
   if (res) freeaddrinfo(res);
+  reaper_.reset(event_new(base, -1, 0, &EventTrampoline<UpstreamPool, &UpstreamPool::Reap>, this));
+}
+
+UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, const sockaddr* addr,
+                           socklen_t len, SSL_CTX* tls)
+    : base_(base), tls_(tls), host_(upstream.host) {
+  if (len <= sizeof(addr_)) {
+    memcpy(&addr_, addr, len);
+    addr_len_ = len;
+  } else {
+    error_ = "bad address for upstream host '" + upstream.host + "'";
+  }
   reaper_.reset(event_new(base, -1, 0, &EventTrampoline<UpstreamPool, &UpstreamPool::Reap>, this));
 }
 
@@ -332,7 +349,7 @@ void UpstreamPool::Send(std::string request, bool head_request, const UpstreamLi
 void UpstreamPool::OnConnIdle(UpstreamConn* conn) {
   auto it = std::find_if(busy_.begin(), busy_.end(), [&](auto& c) { return c.get() == conn; });
   if (it == busy_.end()) return;
-  if (idle_.size() >= kMaxIdle) {
+  if (idle_.size() >= kMaxIdle || !conn->Current()) {
     dead_.push_back(std::move(*it));
     event_active(reaper_.get(), 0, 0);
   } else {
@@ -361,5 +378,14 @@ void UpstreamPool::AbortAll(const std::string& detail) {
 }
 
 void UpstreamPool::Reap() { dead_.clear(); }
+
+void UpstreamPool::Retire() {
+  ++address_generation_;
+  while (!idle_.empty()) {
+    dead_.push_back(std::move(idle_.back()));
+    idle_.pop_back();
+  }
+  event_active(reaper_.get(), 0, 0);
+}
 
 }  // namespace idemgate

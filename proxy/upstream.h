@@ -31,6 +31,8 @@ struct UpstreamResult {
   UpstreamError error = UpstreamError::kNone;
   std::string detail;  // for logs
   Response response;   // when error == kNone
+  // kUnavailable: the request, never sent, handed back (a group retries it on another server).
+  std::string unsent_request;
 };
 
 using UpstreamCallback = std::function<void(UpstreamResult)>;
@@ -45,6 +47,8 @@ struct UpstreamLimits {
   // Neither timer runs past this: a guarded attempt must have its result stored while its lease
   // still holds (past it a retry may take the key over and execute it again).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // The upstream group the call goes to: "" (or "default") = [upstream], else [upstreams.NAME].
+  std::string group;
 };
 
 class UpstreamConn;
@@ -55,8 +59,14 @@ class UpstreamPool {
   // `tls` (not owned; may be null) makes every connection https, verified against `upstream`'s
   // host name (SNI and certificate check).
   UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* tls = nullptr);
+  // A pool for one address `upstream`'s name resolved to (the name is still the TLS name).
+  UpstreamPool(event_base* base, const HostPort& upstream, const sockaddr* addr, socklen_t len,
+               SSL_CTX* tls);
   ~UpstreamPool();
   bool ok() const { return addr_len_ > 0; }
+  // The server's name no longer resolves to this address: idle connections are closed, and
+  // those of calls in progress are not pooled again when the calls end.
+  void Retire();
   const std::string& error() const { return error_; }
 
   // Sends `request` (already serialized) on an idle pooled connection or a new one. `done` is
@@ -79,6 +89,7 @@ class UpstreamPool {
   const sockaddr* addr() const { return reinterpret_cast<const sockaddr*>(&addr_); }
   socklen_t addr_len() const { return addr_len_; }
   SSL_CTX* tls() const { return tls_; }
+  uint64_t address_generation() const { return address_generation_; }  // +1 per Retire
   const std::string& host() const { return host_; }
 
  private:
@@ -90,6 +101,7 @@ class UpstreamPool {
   std::string host_;
   sockaddr_storage addr_{};
   socklen_t addr_len_ = 0;
+  uint64_t address_generation_ = 0;
   std::string error_;
   std::list<std::unique_ptr<UpstreamConn>> idle_;
   std::list<std::unique_ptr<UpstreamConn>> busy_;

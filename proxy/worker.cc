@@ -127,6 +127,7 @@ Worker::~Worker() {
   grace_timer_ = Timer();
   hard_stop_timer_ = Timer();
   listener_.reset();
+  groups_.clear();
   upstream_.reset();
   mailbox_ev_.reset();
   reaper_.reset();
@@ -145,13 +146,25 @@ bool Worker::Init(std::string* error) {
   mailbox_ev_.reset(
       event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::DrainMailbox>, this));
   reaper_.reset(event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::Reap>, this));
-  upstream_ = std::make_unique<UpstreamPool>(base_.get(), gateway_->Snapshot()->upstream.addr,
-                                             gateway_->upstream_tls);
-  if (!upstream_->ok()) {
-    *error = upstream_->error();
-    return false;
+  std::shared_ptr<const Config> config = gateway_->Snapshot();
+  auto post = [this](std::function<void()> fn) { Post(std::move(fn)); };
+  upstream_ = std::make_unique<UpstreamGroup>(base_.get(), "", config->upstream,
+                                              gateway_->upstream_tls, post);
+  if (!upstream_->Init(error)) return false;
+  for (const auto& [name, group_config] : config->upstream_groups) {
+    auto tls = gateway_->upstream_group_tls.find(name);
+    SSL_CTX* ctx = tls == gateway_->upstream_group_tls.end() ? nullptr : tls->second;
+    auto group = std::make_unique<UpstreamGroup>(base_.get(), name, group_config, ctx, post);
+    if (!group->Init(error)) return false;
+    groups_.emplace(name, std::move(group));
   }
   return true;
+}
+
+UpstreamGroup* Worker::Group(std::string_view name) {
+  if (name.empty() || name == "default") return upstream_.get();
+  auto it = groups_.find(name);
+  return it == groups_.end() ? nullptr : it->second.get();
 }
 
 bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* error) {
@@ -272,7 +285,18 @@ int64_t Worker::MonoUs() const {
 
 void Worker::SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,
                           UpstreamCallback done) {
-  upstream_->Send(std::move(request), head_request, limits, std::move(done));
+  UpstreamGroup* group = Group(limits.group);
+  if (group == nullptr) {  // a route added by a reload names a group the workers do not have
+    UpstreamResult result;
+    result.error = UpstreamError::kUnavailable;
+    result.detail =
+        "no upstream group '" + limits.group + "' is running (named groups are restart-only)";
+    Post([done = std::move(done), result = std::move(result)]() mutable {
+      done(std::move(result));
+    });
+    return;
+  }
+  group->Send(std::move(request), head_request, limits, std::move(done));
 }
 
 Exchange* Worker::AddExchange(std::unique_ptr<Exchange> exchange) {
@@ -368,6 +392,9 @@ void Worker::CutAtGrace() {
          exchanges_.size());
   }
   upstream_->AbortAll("the gateway shut down before the upstream answered");
+  for (auto& [name, group] : groups_) {
+    group->AbortAll("the gateway shut down before the upstream answered");
+  }
   std::vector<Exchange*> running;
   for (auto& [raw, owned] : exchanges_) running.push_back(raw);
   for (Exchange* exchange : running) {

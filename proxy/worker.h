@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 #include "proxy/exchange_env.h"
 #include "proxy/gateway.h"
 #include "proxy/upstream.h"
+#include "proxy/upstream_group.h"
 
 namespace idemgate {
 
@@ -37,7 +39,7 @@ class Worker final : public ExchangeEnv {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Creates the loop and the upstream pool. False (with *error) when it cannot.
+  // Creates the loop and the upstream groups. False (with *error) when it cannot.
   bool Init(std::string* error);
   // Binds `addr` with SO_REUSEPORT (port 0 picks one); *bound_port gets the port.
   bool Listen(const HostPort& addr, uint16_t* bound_port, std::string* error);
@@ -65,7 +67,10 @@ class Worker final : public ExchangeEnv {
 
   // Used by connections and exchanges, on the loop.
   event_base* base() const { return base_.get(); }
-  UpstreamPool& upstream() { return *upstream_; }
+  // The upstream group a route sends to: "" or "default" = [upstream], else [upstreams.NAME];
+  // null when the running config has no such group (groups are built at start-up).
+  UpstreamGroup* Group(std::string_view name);
+  UpstreamGroup& upstream() { return *upstream_; }
   Gateway& gateway() { return *gateway_; }
   bool draining() const { return draining_; }
   Exchange* AddExchange(std::unique_ptr<Exchange> exchange);
@@ -100,7 +105,8 @@ class Worker final : public ExchangeEnv {
   ListenerPtr listener_;
   Timer accept_pause_;             // re-enables the listener after an accept() error
   int64_t accept_backoff_ms_ = 0;  // the next pause; grows while accept() keeps failing
-  std::unique_ptr<UpstreamPool> upstream_;
+  std::unique_ptr<UpstreamGroup> upstream_;  // the default group, [upstream]
+  std::map<std::string, std::unique_ptr<UpstreamGroup>, std::less<>> groups_;  // named groups
   std::thread thread_;
 
   std::mutex mailbox_mu_;

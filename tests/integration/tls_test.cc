@@ -372,5 +372,37 @@ TEST_F(GatewayTest, HttpsUpstreamThatNeverHandshakesIsAHandshakeTimeout) {
   close(fd);
 }
 
+// An https group: a server whose TLS handshake fails (its certificate lacks the name) never got
+// the request (R3), so the call goes to the group's other server; the failing one is taken out.
+TEST_F(HttpsUpstreamTest, GroupRetriesAFailedHandshakeOnAnotherServer) {
+  StartTlsOrigin(server_);
+  const uint16_t good_port = origin_port_;
+  TempDir bad_dir;
+  GatewayProcess bad;
+  std::string bad_config =
+      "[listen]\naddress = \"127.0.0.1:0\"\ntls_cert = \"" + other_.cert + "\"\ntls_key = \"" +
+      other_.key + "\"\n[upstream]\nurl = \"http://127.0.0.1:" + std::to_string(upstream_.port()) +
+      "\"\n[store]\npath = \"" + bad_dir.Path("data") +
+      "\"\n[server]\nworkers = 1\n[log]\naccess = \"off\"\n[admin]\naddress = \"\"\n";
+  ASSERT_TRUE(bad.Start(IDEMGATE_BIN, {"--config", bad_dir.WriteFile("bad.toml", bad_config)}));
+  const uint16_t bad_port = bad.WaitForPort();
+  ASSERT_NE(bad_port, 0) << bad.log();
+  sections_["upstream"].erase("url");
+  Set("upstream", "servers",
+      "[\"https://localhost:" + std::to_string(bad_port) +
+          "\", \"https://localhost:" + std::to_string(good_port) + "\"]");
+  Set("upstream", "ca_file", "\"" + ca_.cert + "\"");
+  Set("server", "workers", "1");
+  StartGateway();
+  for (int i = 0; i < 4; ++i) {
+    HttpResponse r = Post("up-group-" + std::to_string(i), kBody);
+    ASSERT_EQ(r.status, 201) << r.raw << "\nA: " << gateway_.log();
+  }
+  EXPECT_EQ(upstream_.requests(), 4);
+  EXPECT_TRUE(gateway_.WaitForOutput("taken out")) << gateway_.log();
+  bad.Kill(SIGKILL);
+  bad.Wait();
+}
+
 }  // namespace
 }  // namespace idemgate::test

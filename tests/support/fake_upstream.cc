@@ -2,6 +2,7 @@
 #include "tests/support/fake_upstream.h"
 
 #include <event2/buffer.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -98,14 +99,15 @@ struct FakeUpstream::Conn {
 FakeUpstream::FakeUpstream() = default;
 FakeUpstream::~FakeUpstream() { Stop(); }
 
-bool FakeUpstream::Start() {
+bool FakeUpstream::Start(const std::string& ip, uint16_t port) {
   if (base_) return false;
   InitLibeventOnce();
-  base_.reset(event_base_new());
-  if (!base_) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) return false;
+  base_.reset(event_base_new());
+  if (!base_) return false;
   listener_.reset(
       evconnlistener_new_bind(base_.get(), &FakeUpstream::OnAccept, this,
                               LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,

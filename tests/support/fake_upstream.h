@@ -73,8 +73,9 @@ class FakeUpstream {
   FakeUpstream(const FakeUpstream&) = delete;
   FakeUpstream& operator=(const FakeUpstream&) = delete;
 
-  // Binds 127.0.0.1:0 and starts the loop thread. False when already started or binding fails.
-  bool Start();
+  // Binds 127.0.0.1:0 (or `ip`:`port`: a server that comes back on its port, a second address
+  // such as 127.0.0.2) and starts the loop thread. False when already started or binding fails.
+  bool Start(const std::string& ip = "127.0.0.1", uint16_t port = 0);
   // Stops the loop, joins its thread, and closes every connection. Idempotent.
   void Stop();
   uint16_t port() const { return port_; }

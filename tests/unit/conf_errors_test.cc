@@ -35,7 +35,10 @@ TEST(ConfigErrors, UnknownKeyIsNamed) {
 }
 
 TEST(ConfigErrors, UnknownSectionIsNamed) {
-  ExpectRefused("[listen]\n[upstreams]\nurl = \"http://a:1\"\n", 2, "upstreams", "unknown section");
+  ExpectRefused("[listen]\n[upstrem]\nurl = \"http://a:1\"\n", 2, "upstrem", "unknown section");
+  // [upstreams] is the table of named groups: a key of [upstream] in it is pointed there.
+  ExpectRefused("[listen]\n[upstreams]\nurl = \"http://a:1\"\n", 3, "upstreams.url",
+                "the default group's keys go in [upstream]");
   ExpectRefused("workers = 4\n", 1, "workers", "unknown section");
 }
 

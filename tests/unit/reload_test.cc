@@ -97,6 +97,8 @@ TEST(Reload, EveryKeyFollowsItsTableRow) {
             value->push_back("CHANGED");
           } else if constexpr (std::is_same_v<T, HostPort>) {
             value->port += 1;
+          } else if constexpr (std::is_same_v<T, std::vector<HostPort>>) {
+            value->push_back(HostPort{"changed", 1});
           } else {
             *value += 1;
           }
@@ -147,6 +149,22 @@ TEST(Reload, WorkersSnapshotWhileAReloadSwapsTheConfig) {
   for (std::thread& worker : workers) worker.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(gateway.Snapshot()->limits.max_request_body, kReloads);
+}
+
+Config ParseOk(const std::string& text) {
+  ConfigResult r = ParseConfig(text, "groups.toml");
+  EXPECT_TRUE(r.ok()) << r.error;
+  return r.ok() ? *r.config : Config{};
+}
+
+// Named groups are built into the workers at start-up: a reload keeps them and says so.
+TEST(ConfigGroups, NamedGroupsAreRestartOnly) {
+  Config running = ParseOk("[upstreams.internal]\nurl = \"http://a:1\"\n");
+  Config next = ParseOk("[upstreams.internal]\nurl = \"http://b:1\"\n");
+  ReloadPlan plan = PlanReload(running, next);
+  EXPECT_EQ(plan.ignored, std::vector<std::string>{"upstreams (named upstream groups)"});
+  EXPECT_EQ(plan.config->FindUpstream("internal")->addr, (HostPort{"a", 1}));
+  EXPECT_TRUE(PlanReload(running, running).ignored.empty());
 }
 
 }  // namespace
