@@ -6,6 +6,7 @@
 #include <openssl/params.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace idemgate {
@@ -55,6 +56,14 @@ bool IsBareScheme(std::string_view header_name, std::string_view normalized) {
 const EVP_MD* Sha256() {
   static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
   return md;
+}
+
+// One digest context per thread, reset by each EVP_DigestInit_ex: creating and freeing one per
+// hash cost more than hashing a request's few hundred bytes.
+EVP_MD_CTX* ThreadDigestCtx() {
+  thread_local std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
+                                                                           &EVP_MD_CTX_free);
+  return ctx.get();
 }
 
 EVP_MAC* Hmac() {
@@ -287,7 +296,11 @@ ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential
   ScopeId out{};
   if (secret.empty()) {
     unsigned int len = 0;
-    EVP_Digest(input.data(), input.size(), out.data(), &len, Sha256(), nullptr);
+    EVP_MD_CTX* ctx = ThreadDigestCtx();
+    if (ctx != nullptr && EVP_DigestInit_ex(ctx, Sha256(), nullptr) == 1 &&
+        EVP_DigestUpdate(ctx, input.data(), input.size()) == 1) {
+      EVP_DigestFinal_ex(ctx, out.data(), &len);
+    }
   } else {
     HmacSha256(secret, input, out.data());
   }
@@ -297,7 +310,7 @@ ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential
 Fingerprint ComputeFingerprint(const Request& request,
                                const std::vector<std::string>& fingerprint_headers) {
   Fingerprint out{};
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_MD_CTX* ctx = ThreadDigestCtx();
   if (ctx == nullptr) return out;
   EVP_DigestInit_ex(ctx, Sha256(), nullptr);
   AppendLengthPrefixed(ctx, request.method);
@@ -308,7 +321,6 @@ Fingerprint ComputeFingerprint(const Request& request,
   }
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, out.data(), &len);
-  EVP_MD_CTX_free(ctx);
   return out;
 }
 

@@ -326,7 +326,9 @@ void Worker::RemoveConn(ClientConn* conn, CloseReason reason) {
 void Worker::RecordExchange(const ExchangeSample& sample, const AccessEntry* entry) {
   if (metrics_) metrics_->RecordExchange(sample);
   if (entry != nullptr && gateway_->access_log) {
-    gateway_->access_log->Write(FormatAccessLine(*entry));
+    access_line_.clear();
+    AppendAccessLine(*entry, &access_line_);
+    gateway_->access_log->Write(access_line_);
   }
 }
 
@@ -348,7 +350,9 @@ void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, s
   entry.outcome = OutcomeName(Outcome::kRejected);
   entry.error = code;
   entry.bytes_out = bytes_out;
-  log->Write(FormatAccessLine(entry));
+  access_line_.clear();
+  AppendAccessLine(entry, &access_line_);
+  log->Write(access_line_);
 }
 
 void Worker::RecordAnswerDropped() {

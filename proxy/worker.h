@@ -116,6 +116,7 @@ class Worker final : public ExchangeEnv {
   std::unordered_map<Exchange*, std::unique_ptr<Exchange>> exchanges_;
   std::vector<std::unique_ptr<ClientConn>> dead_conns_;
   std::vector<std::unique_ptr<Exchange>> dead_exchanges_;
+  std::string access_line_;  // reused for each access-log line (no allocation per line)
   bool draining_ = false;
 };
 

@@ -256,9 +256,12 @@ void RocksStore::Enqueue(Op op) {
     if (!closed_) {
       op.arrived_ms = clock_->NowMs();  // under mu_: arrival order is queue order
       op.arrived_mono_ms = clock_->MonotonicMs();
+      // The writer sleeps only on an empty queue: the op that makes it non-empty wakes it, and
+      // the ops queued behind it (until the writer takes the queue) spare a futex syscall each.
+      bool was_empty = queue_.empty();
       queue_.push_back(std::move(op));
       lock.unlock();
-      cv_.notify_one();
+      if (was_empty) cv_.notify_one();
       return;
     }
   }

@@ -1,4 +1,5 @@
 # Helpers for bench/http/http_bench.py: processes, ports, /proc readings, probes, wrk runs.
+import glob
 import http.client
 import json
 import os
@@ -116,6 +117,40 @@ def cpu_seconds(pids):
         except OSError:
             pass
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def background_cpu_seconds(pid, prefix="rocksdb:"):
+    """utime + stime of the threads of `pid` whose name starts with `prefix` (RocksDB's flush
+    and compaction threads name themselves rocksdb:low / rocksdb:high)."""
+    total = 0
+    for task in glob.glob("/proc/%d/task/*" % pid):
+        try:
+            with open(task + "/comm") as f:
+                if not f.read().startswith(prefix):
+                    continue
+            with open(task + "/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def context_switches(pids):
+    """Voluntary + involuntary context switches of every thread of the given processes (a thread
+    handing work to another and sleeping until the answer shows here)."""
+    total = 0
+    for pid in pids:
+        for status in glob.glob("/proc/%d/task/*/status" % pid):
+            try:
+                with open(status) as f:
+                    for line in f:
+                        if line.startswith(("voluntary_ctxt_switches:",
+                                            "nonvoluntary_ctxt_switches:")):
+                            total += int(line.split()[1])
+            except OSError:
+                pass
+    return total
 
 
 def proc_status_kib(pid, field):

@@ -10,11 +10,12 @@ import tempfile
 import threading
 import time
 
+import bench_report
 import benchlib as B
 import pgcluster
 
 SCENARIOS = ["passthrough", "fresh", "replay", "conflict"]
-TARGETS_RATIO = {"passthrough": 1.0, "fresh": 0.75, "replay": 1.5}
+LOG_SUFFIX = bench_report.LOG_SUFFIX
 MIB = 1024.0
 
 
@@ -40,6 +41,14 @@ def parse_args(argv):
                         "and reports go to DIR")
     p.add_argument("--sync", choices=["true", "false"], default="true",
                    help="store.sync (default true; false only to see what the disk costs)")
+    p.add_argument("--access-log", choices=["off", "on", "both"], default="off",
+                   help="on: nginx (default combined format, one write per request) and idemgate "
+                        "(JSON lines) log every request to a file in the temp dir; both: every "
+                        "target twice, logs off and on (suffix +log), in the same rounds, and "
+                        "what turning the log on costs each (default off)")
+    p.add_argument("--nosync-target", action="store_true",
+                   help="also idemgate-nosync (workers=1, store.sync = false) in the same rounds: "
+                        "the limit without the disk, to show the gap to it")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     p.add_argument("--bin", required=True, help="idemgate binary")
     p.add_argument("--compare-bin", default="",
@@ -60,12 +69,9 @@ class Target:
     def __init__(self, name, ports, procs, pids_fn, db_pids=lambda: []):
         self.name, self.ports, self.procs, self.pids = name, ports, procs, pids_fn
         self.port, self.proc, self.db_pids = ports[0], procs[0], db_pids
+        # The nginx this target is compared with: the one logging as it does.
+        self.base = "nginx" + LOG_SUFFIX if name.endswith(LOG_SUFFIX) else "nginx"
 
-
-LABELS = {"idemgate": "workers=1, RocksDB", "idemgate-w2": "workers=2, RocksDB",
-          "idemgate-cmp": "workers=1, RocksDB, --compare-bin",
-          "idemgate-pg": "workers=1, PostgreSQL, 1 instance",
-          "idemgate-pg2": "workers=1 each, PostgreSQL, 2 instances"}
 
 
 def start_nginx(procs, tmp, template, name, values):
@@ -74,11 +80,26 @@ def start_nginx(procs, tmp, template, name, values):
                         "-c", conf], os.path.join(tmp, name + ".out"))
 
 
-def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg=None):
+def access_log_path(tmp, name, logged):
+    return os.path.join(tmp, name + ".access.log") if logged else "off"
+
+
+def start_nginx_proxy(procs, tmp, values, name, logged):
+    """nginx as a reverse proxy on a port of its own; access_log to a file when `logged`."""
+    port = B.free_ports(1)[0]
+    vals = dict(values, PROXY_PORT=port, PID=os.path.join(tmp, name + ".pid"),
+                ACCESS_LOG=access_log_path(tmp, name, logged))
+    p = start_nginx(procs, tmp, "nginx_proxy.conf", name, vals)
+    B.wait_port(port, p)
+    return Target(name, [port], [p], lambda: [p.pid])
+
+
+def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg=None,
+                   logged=False, sync=None):
     port = B.free_ports(1)[0]
     store = os.path.join(tmp, "store-" + name)
     vals = {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store, "WORKERS": workers,
-            "SYNC": args.sync}
+            "SYNC": sync or args.sync, "ACCESS": access_log_path(tmp, name, logged)}
     if pg:
         vals.update({"DSN": pg.dsn(), "PG_CONNECTIONS": args.pg_connections})
     conf = B.render("idemgate_pg.toml" if pg else "idemgate.toml",
@@ -133,6 +154,7 @@ def check(cond, msg):
 def run_one(args, tmp, target, scenario, prefix, upstream_pids):
     pids = target.pids()
     c0, u0 = B.cpu_seconds(pids), B.cpu_seconds(upstream_pids())
+    s0 = B.context_switches(pids)
     d0 = B.cpu_seconds(target.db_pids())
     if len(target.ports) > 1:
         r = wrk_spread(args, tmp, target, scenario, prefix)
@@ -141,13 +163,14 @@ def run_one(args, tmp, target, scenario, prefix, upstream_pids):
                       args.connections, args.replay_keys, log=os.path.join(tmp, "wrk.log"))
     n = max(r["requests"], 1)
     r["cpu_us"] = (B.cpu_seconds(pids) - c0) * 1e6 / n
+    r["cs_per_req"] = (B.context_switches(pids) - s0) / n
     r["up_cpu_us"] = (B.cpu_seconds(upstream_pids()) - u0) * 1e6 / n
     r["db_cpu_us"] = (B.cpu_seconds(target.db_pids()) - d0) * 1e6 / n
     r["load"] = B.loadavg()
     log("%-11s %-12s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  non2xx %d  timeouts %d  "
-        "cpu %.1f us/req  load %s" % (scenario, target.name, r["rps"], r["p50_us"] / 1e3,
+        "cpu %.1f us/req  cs %.2f/req  load %s" % (scenario, target.name, r["rps"], r["p50_us"] / 1e3,
                                       r["p99_us"] / 1e3, r["status_errors"], r["timeout"],
-                                      r["cpu_us"], r["load"]))
+                                      r["cpu_us"], r["cs_per_req"], r["load"]))
     return r
 
 
@@ -171,25 +194,34 @@ def rounds(args, tmp, targets, upstream_pids, results, fsync_samples, store_dir)
 
 
 def fill(args, procs, tmp, upstream_port):
-    t, store = start_idemgate(procs, args, tmp, "idemgate-fill", upstream_port, 1)
+    """Stores --fill records with wrk fresh in runs of <= 20 s; CPU/req per run shows whether the
+    fresh path's cost grows with the store."""
+    t, store = start_idemgate(procs, args, tmp, "idemgate-fill", upstream_port, 1,
+                              logged=args.access_log == "on")
     stored, runs, start = 0, 0, time.monotonic()
-    rps = 0.0
+    rps, per_run = 0.0, []
     while stored < args.fill and time.monotonic() - start < args.fill_max_seconds:
         left = args.fill - stored
-        dur = 30 if rps == 0 else int(min(120, max(5, left / rps * 1.02 + 1)))
+        dur = 20 if rps == 0 else int(min(20, max(5, left / rps * 1.02 + 1)))
+        c0, b0 = B.cpu_seconds([t.proc.pid]), B.background_cpu_seconds(t.proc.pid)
         r = B.run_wrk(t.port, "fresh", "fill%d" % runs, dur, args.threads, args.connections,
                       log=os.path.join(tmp, "wrk-fill.log"))
-        stored += r["requests"] - r["status_errors"]
+        done = r["requests"] - r["status_errors"]
+        cpu = (B.cpu_seconds([t.proc.pid]) - c0) * 1e6 / max(r["requests"], 1)
+        bg = (B.background_cpu_seconds(t.proc.pid) - b0) * 1e6 / max(r["requests"], 1)
+        per_run.append((stored, r["rps"], cpu, bg, B.loadavg()))
+        stored += done
         rps = r["rps"]
         runs += 1
-        log("fill: %d records stored (%.0f req/s, RSS %.1f MiB)"
-            % (stored, rps, B.proc_status_kib(t.proc.pid, "VmRSS") / MIB))
+        log("fill: %d records stored (%.0f req/s, %.1f CPU us/req of which RocksDB background "
+            "%.1f, RSS %.1f MiB)" % (stored, rps, cpu, bg,
+                                     B.proc_status_kib(t.proc.pid, "VmRSS") / MIB))
     rss = B.proc_status_kib(t.proc.pid, "VmRSS")
     hwm = B.proc_status_kib(t.proc.pid, "VmHWM")
     du = subprocess.run(["du", "-sk", store], capture_output=True, text=True).stdout.split()[0]
     procs.stop(t.proc)
     return {"stored": stored, "rss": rss, "hwm": hwm, "du_kib": int(du),
-            "seconds": time.monotonic() - start}
+            "seconds": time.monotonic() - start, "runs": per_run}
 
 
 def profile(args, tmp, target, upstream_pids):
@@ -210,108 +242,6 @@ def profile(args, tmp, target, upstream_pids):
         log("perf data for %s in %s" % (sc, data))
 
 
-def build_info(binary):
-    root = os.path.dirname(os.path.dirname(B.HERE))
-    top = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(binary)), "rev-parse",
-                          "--show-toplevel"], capture_output=True, text=True).stdout.strip()
-    root = top or root  # the checkout the binary was built in, when it sits inside one
-    git = lambda *a: subprocess.run(["git", "-C", root] + list(a), capture_output=True,
-                                    text=True).stdout.strip()
-    dirty = git("status", "--porcelain", "--", "proxy", "store", "conf", "CMakeLists.txt")
-    return "%s, built from commit %s%s" % (binary, git("rev-parse", "--short", "HEAD"),
-                                          " + uncommitted changes" if dirty else "")
-
-
-def med(rs, key):
-    return statistics.median(r[key] for r in rs)
-
-
-def compare_table(results):
-    """--bin (idemgate) against --compare-bin (idemgate-cmp), both workers=1, same rounds."""
-    out = ["\n### idemgate (--bin) vs idemgate-cmp (--compare-bin), medians; paired = median of "
-           "the per-round ratios\n",
-           "| scenario | cmp req/s | bin req/s | bin/cmp | paired bin/cmp | cmp/nginx | bin/nginx "
-           "| cmp p50/p99 ms | bin p50/p99 ms | cmp CPU us/req | bin CPU us/req |",
-           "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"]
-    for sc in [s for s in SCENARIOS if (s, "idemgate-cmp") in results]:
-        c, g, n = results[(sc, "idemgate-cmp")], results[(sc, "idemgate")], results[(sc, "nginx")]
-        paired = statistics.median(x["rps"] / y["rps"] for x, y in zip(g, c))
-        out.append("| %s | %.0f | %.0f | %.3f | %.3f | %.2fx | %.2fx | %.2f / %.2f | %.2f / %.2f "
-                   "| %.1f | %.1f |" % (
-                       sc, med(c, "rps"), med(g, "rps"), med(g, "rps") / med(c, "rps"), paired,
-                       med(c, "rps") / med(n, "rps"), med(g, "rps") / med(n, "rps"),
-                       med(c, "p50_us") / 1e3, med(c, "p99_us") / 1e3, med(g, "p50_us") / 1e3,
-                       med(g, "p99_us") / 1e3, med(c, "cpu_us"), med(g, "cpu_us")))
-    return out
-
-
-def report(args, results, names, fsync, hwm, filled, load0, load1, cmd):
-    out = []
-    for name in names[1:]:
-        out.append("\n### %s (%s) vs nginx (medians of %d rounds, %ds each, wrk -t%d -c%d)\n"
-                   % (name, LABELS.get(name, name), args.rounds, args.duration, args.threads,
-                      args.connections))
-        out.append("| scenario | nginx req/s | idemgate req/s | ratio | nginx p50/p99 ms "
-                   "| idemgate p50/p99 ms | idemgate CPU us/req | idemgate non-2xx | target |")
-        out.append("|---|---:|---:|---:|---|---|---:|---:|---|")
-        for sc in [s for s in SCENARIOS if (s, name) in results]:
-            n, g = results[(sc, "nginx")], results[(sc, name)]
-            ratio = med(g, "rps") / med(n, "rps")
-            target = ""
-            if sc in TARGETS_RATIO:
-                target = ">= %.2fx %s" % (TARGETS_RATIO[sc],
-                                          "met" if ratio >= TARGETS_RATIO[sc] else "MISSED")
-            if sc == "fresh":
-                ok = med(g, "p99_us") <= med(n, "p99_us") + 1000
-                target += "; p99 <= nginx+1ms %s" % ("met" if ok else "MISSED")
-            nonok = sum(r["status_errors"] for r in g) / max(sum(r["requests"] for r in g), 1)
-            out.append("| %s | %.0f | %.0f | %.2fx | %.2f / %.2f | %.2f / %.2f | %.1f | %.1f%% | %s |"
-                       % (sc, med(n, "rps"), med(g, "rps"), ratio, med(n, "p50_us") / 1e3,
-                          med(n, "p99_us") / 1e3, med(g, "p50_us") / 1e3, med(g, "p99_us") / 1e3,
-                          med(g, "cpu_us"), nonok * 100, target))
-    if "idemgate-cmp" in names:
-        out.extend(compare_table(results))
-    if "idemgate-pg" in names:
-        out.append("\nPostgreSQL CPU per request (all server processes), median: " + ", ".join(
-            "%s %s %.1f us" % (n, sc, med(results[(sc, n)], "db_cpu_us"))
-            for n in ("idemgate-pg", "idemgate-pg2") for sc in SCENARIOS
-            if (sc, n) in results))
-        out.append("idemgate-pg2: one wrk per instance (threads and connections split), req/s "
-                   "summed, p50/p99 the higher of the two; all PostgreSQL targets share one "
-                   "database (store.postgres.connections = %d per instance)." % args.pg_connections)
-    out.append("\nPer-round req/s (%s), nginx CPU us/req:" % " | ".join(names))
-    for sc in SCENARIOS:
-        if (sc, "nginx") not in results:
-            continue
-        rows = [" / ".join("%.0f" % r["rps"] for r in results[(sc, n)]) for n in names]
-        out.append("- %s: %s; nginx proxy CPU %.1f us/req" %
-                   (sc, " | ".join(rows), med(results[(sc, "nginx")], "cpu_us")))
-    if (("conflict", "nginx")) in results:
-        out.append("\nconflict: nginx forwards every request to a fast origin location (201), "
-                   "idemgate answers 409 from the in-flight record without going upstream; the "
-                   "ratio compares one proxied round trip with one local 409.")
-    for name, kib in hwm.items():
-        out.append("- peak RSS (VmHWM) %s during the rounds: %.1f MiB" % (name, kib / MIB))
-    if filled:
-        ok = filled["rss"] / MIB <= 150
-        out.append("- RSS after %d records stored (workers=1, -c%d, %.0f s fill): VmRSS %.1f MiB, "
-                   "VmHWM %.1f MiB, store on disk %.1f MiB; target <= 150 MiB %s"
-                   % (filled["stored"], args.connections, filled["seconds"], filled["rss"] / MIB,
-                      filled["hwm"] / MIB, filled["du_kib"] / MIB, "met" if ok else "MISSED"))
-    for label, s in fsync:
-        out.append("- fdatasync (64 B append) %s: p50 %.2f ms, p99 %.2f ms, mean %.2f ms"
-                   % (label, *s))
-    if args.sync != "true":
-        out.append("- NOTE: store.sync = %s (diagnostic run, not the benchmark)" % args.sync)
-    out.append("- load average (1/5/15 min): start %s, end %s; %d cores" % (load0, load1,
-                                                                          os.cpu_count()))
-    out.append("- idemgate binary: %s" % build_info(args.bin))
-    if args.compare_bin:
-        out.append("- idemgate-cmp binary: %s" % build_info(args.compare_bin))
-    out.append("- command: `%s`" % cmd)
-    return "\n".join(out)
-
-
 def main(argv):
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -322,23 +252,35 @@ def main(argv):
     load0 = B.loadavg()
     log("temp dir %s; load %s" % (tmp, load0))
     try:
-        up_port, px_port = B.free_ports(2)
+        up_port = B.free_ports(1)[0]
         user = "user root;" if os.geteuid() == 0 else ""
-        vals = {"USER": user, "DIR": tmp, "UPSTREAM_PORT": up_port, "PROXY_PORT": px_port,
+        vals = {"USER": user, "DIR": tmp, "UPSTREAM_PORT": up_port,
                 "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
         up = start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
         B.wait_port(up_port, up)
-        px = start_nginx(procs, tmp, "nginx_proxy.conf", "proxy", vals)
-        B.wait_port(px_port, px)
         upstream_pids = lambda: [up.pid] + B.children(up.pid)
-        targets = [Target("nginx", [px_port], [px], lambda: [px.pid] + B.children(px.pid))]
-        g1, store1 = start_idemgate(procs, args, tmp, "idemgate", up_port, 1)
-        targets.append(g1)
-        if args.compare_bin:
-            targets.append(start_idemgate(procs, args, tmp, "idemgate-cmp", up_port, 1,
-                                          binary=args.compare_bin)[0])
-        if args.workers2:
-            targets.append(start_idemgate(procs, args, tmp, "idemgate-w2", up_port, 2)[0])
+        modes = {"off": [False], "on": [True], "both": [False, True]}[args.access_log]
+        targets, g1, store1 = [], None, None
+        for logged in modes:
+            sfx = LOG_SUFFIX if logged and args.access_log == "both" else ""
+            px = start_nginx_proxy(procs, tmp, vals, "proxy" + sfx.replace("+", "-"), logged)
+            targets.append(Target("nginx" + sfx, [px.port], [px.proc],
+                                  lambda p=px.proc: [p.pid] + B.children(p.pid)))
+            g, st = start_idemgate(procs, args, tmp, "idemgate" + sfx, up_port, 1, logged=logged)
+            targets.append(g)
+            if g1 is None:
+                g1, store1 = g, st
+            if args.compare_bin:
+                targets.append(start_idemgate(procs, args, tmp, "idemgate-cmp" + sfx, up_port, 1,
+                                              binary=args.compare_bin, logged=logged)[0])
+            if args.workers2:
+                targets.append(start_idemgate(procs, args, tmp, "idemgate-w2" + sfx, up_port, 2,
+                                              logged=logged)[0])
+            if args.nosync_target:
+                targets.append(start_idemgate(procs, args, tmp, "idemgate-nosync" + sfx, up_port,
+                                              1, logged=logged, sync="false")[0])
+        if args.access_log == "both":  # nginx rows first, then each mode's gateways
+            targets.sort(key=lambda t: not t.name.startswith("nginx"))
         if args.backend == "postgres":
             pg = pgcluster.PgServer(B.free_ports(1)[0]).start()
             log("PostgreSQL %s on port %d (%s)" % (pg.bin, pg.port, pg.root))
@@ -346,7 +288,7 @@ def main(argv):
         for t in targets:
             st, _, body = B.post(t.port, "/v1/payments", {"Content-Type": "application/json"})
             check(st == 201 and len(body) == len(B.BODY), "%s: %d %r" % (t.name, st, body[:80]))
-            if t.name != "nginx":
+            if not t.name.startswith("nginx"):
                 counts = B.preload_replay(t.port, args.replay_keys)
                 check(counts == {201: args.replay_keys}, "%s preload: %s" % (t.name, counts))
                 for port in t.ports:
@@ -365,17 +307,18 @@ def main(argv):
         if per_round:
             fsync.append(("after each round (median of round medians)",
                           tuple(statistics.median(s[i] for s in per_round) for i in range(3))))
-        hwm = {t.name: B.proc_status_kib(t.proc.pid, "VmHWM") for t in targets[1:]}
+        gateways = [t for t in targets if not t.name.startswith("nginx")]
+        hwm = {t.name: B.proc_status_kib(t.proc.pid, "VmHWM") for t in gateways}
         if args.perf:
             profile(args, tmp, g1, upstream_pids)
-        for t in targets[1:]:
+        for t in gateways:
             for p in t.procs:
                 procs.stop(p)
         filled = fill(args, procs, tmp, up_port) if args.fill > 0 else None
         load1 = B.loadavg()
         cmd = os.environ.get("BENCH_CMD", "scripts/bench http " + " ".join(argv))
-        print(report(args, results, [t.name for t in targets], fsync, hwm, filled, load0, load1,
-                     cmd))
+        print(bench_report.report(args, results, [(t.name, t.base) for t in targets], fsync, hwm,
+                                  filled, load0, load1, cmd))
         return 0
     finally:
         procs.stop_all()

@@ -3,6 +3,7 @@
 # zeroed (callgrind_control -z), N requests are sent on one keep-alive connection, and the counters
 # dumped (callgrind_control -d). Instructions of all the gateway's threads (store included) / N.
 # Usage: python3 bench/http/instr_bench.py --bin A [--bin B ...] [--requests 2000]
+#   [--access-log off|on|both] [--keep DIR: callgrind outputs for callgrind_annotate]
 import argparse
 import glob
 import http.client
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 
+import bench_report
 import benchlib as B
 import http_bench as H
 
@@ -47,13 +49,14 @@ def instructions(tmp, pid, label):
     raise RuntimeError("no totals in " + newest)
 
 
-def measure(args, procs, tmp, up_port, binary, idx):
+def measure(args, procs, tmp, up_port, binary, idx, logged):
     port = B.free_ports(1)[0]
     conf = B.render("idemgate.toml", os.path.join(tmp, "g%d.toml" % idx),
                     {"PORT": port, "UPSTREAM_PORT": up_port, "WORKERS": 1, "SYNC": "true",
-                     "STORE": os.path.join(tmp, "store%d" % idx)})
+                     "STORE": os.path.join(tmp, "store%d" % idx),
+                     "ACCESS": os.path.join(tmp, "g%d.access.log" % idx) if logged else "off"})
     out = os.path.join(tmp, "g%d.out" % idx)
-    p = procs.start(["valgrind", "--tool=callgrind",
+    p = procs.start(["valgrind", "--tool=callgrind", "--compress-strings=no",
                      "--callgrind-out-file=" + os.path.join(tmp, "cg.out.%p"),
                      binary, "--config", conf], out)
     B.wait_line(out, "listening on", p, deadline_s=300)
@@ -77,6 +80,10 @@ def main(argv):
     ap.add_argument("--bin", action="append", required=True, help="idemgate binary (repeat)")
     ap.add_argument("--requests", type=int, default=2000, help="requests per scenario")
     ap.add_argument("--scenarios", default="passthrough,fresh,replay")
+    ap.add_argument("--access-log", choices=["off", "on", "both"], default="off",
+                    help="each binary with log.access off, on (a file), or both")
+    ap.add_argument("--keep", metavar="DIR", default="",
+                    help="copy the callgrind outputs (cg.out.*) to DIR")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="idemgate-instr-")
     procs, hole = B.Procs(), B.black_hole()
@@ -87,15 +94,25 @@ def main(argv):
                 "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
         up = H.start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
         B.wait_port(up_port, up)
-        rows = [measure(args, procs, tmp, up_port, b, i) for i, b in enumerate(args.bin)]
+        modes = {"off": [False], "on": [True], "both": [False, True]}[args.access_log]
+        runs = [(b, logged) for logged in modes for b in args.bin]
+        rows = [measure(args, procs, tmp, up_port, b, i, logged)
+                for i, (b, logged) in enumerate(runs)]
         scs = args.scenarios.split(",")
-        print("\n| binary | " + " | ".join("%s instr/req" % s for s in scs) + " |")
-        print("|---|" + "---:|" * len(scs))
-        for b, row in zip(args.bin, rows):
-            print("| %s | %s |" % (H.build_info(b), " | ".join("%.0f" % row[s] for s in scs)))
-        if len(rows) > 1:
-            print("| ratio last/first | %s |" % " | ".join(
-                "%.3f" % (rows[-1][s] / rows[0][s]) for s in scs))
+        print("\n| binary | access log | " + " | ".join("%s instr/req" % s for s in scs) + " |")
+        print("|---|---|" + "---:|" * len(scs))
+        for (b, logged), row in zip(runs, rows):
+            print("| %s | %s | %s |" % (bench_report.build_info(b), "on" if logged else "off",
+                                        " | ".join("%.0f" % row[s] for s in scs)))
+        n = len(args.bin)
+        for m in range(len(modes)) if n > 1 else []:
+            first, last = rows[m * n], rows[m * n + n - 1]
+            print("| ratio last/first | %s | %s |" % ("on" if modes[m] else "off", " | ".join(
+                "%.3f" % (last[s] / first[s]) for s in scs)))
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for f in glob.glob(os.path.join(tmp, "cg.out.*")):
+                shutil.copy(f, args.keep)
         print("\n%d requests per scenario after 200 warm-up, one keep-alive connection, store.sync"
               " = true, valgrind --tool=callgrind (all threads)" % args.requests)
         return 0

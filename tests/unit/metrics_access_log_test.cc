@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <regex>
+#include <thread>
 
 #include "proxy/access_log.h"
 #include "tests/support/temp_dir.h"
@@ -110,6 +111,54 @@ TEST(AccessLogWriter, ReopenSplitsAtTheCall) {
   EXPECT_EQ(dir.ReadFile("a.log.1"), "before\n");
   EXPECT_EQ(dir.ReadFile("a.log"), "after\n");
   EXPECT_EQ(log->reopens(), 1u);
+}
+
+// Lines arriving one by one (a request rate, not a burst) are written in batches: the writer is
+// not woken per line. Old behaviour: one write() per line that found the buffer empty.
+TEST(AccessLogWriter, WritesInBatchesNotPerLine) {
+  TempDir dir;
+  std::string error;
+  auto log = AccessLog::Open(dir.Path("a.log"), &error, AccessLog::kDefaultBufferBytes,
+                             std::chrono::hours(1));
+  ASSERT_TRUE(log) << error;
+  const std::string line(99, 'x');  // 100 bytes with the newline: 1000 lines cross 64 KiB once
+  for (int i = 0; i < 1000; ++i) {
+    log->Write(line);
+    // Arrivals spaced as at 5,000 requests/s: time for a writer woken per line to drain it.
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  log->Close();
+  EXPECT_EQ(CountLines(dir.ReadFile("a.log")), 1000u);
+  EXPECT_EQ(log->dropped(), 0u);
+  // The first line (the writer slept with nothing queued), the 64 KiB mark, and Close; one more
+  // for a spurious wake-up.
+  EXPECT_LE(log->writes(), 4u);
+}
+
+// With a flush interval far away, a reopen still writes the lines queued before it to the old
+// file at once (log rotation must not wait for the timer), and Close writes the rest.
+TEST(AccessLogWriter, ReopenAndCloseDoNotWaitForTheTimer) {
+  TempDir dir;
+  std::string error;
+  auto log = AccessLog::Open(dir.Path("a.log"), &error, AccessLog::kDefaultBufferBytes,
+                             std::chrono::hours(1));
+  ASSERT_TRUE(log) << error;
+  auto wait_for_file = [&](const std::string& name, const std::string& want) {
+    for (int i = 0; i < 2000 && dir.ReadFile(name) != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return dir.ReadFile(name);
+  };
+  log->Write("a");  // wakes the idle writer: written at once
+  ASSERT_EQ(wait_for_file("a.log", "a\n"), "a\n");
+  log->Write("b");  // queued behind the one-hour timer
+  ASSERT_EQ(std::rename(dir.Path("a.log").c_str(), dir.Path("a.log.1").c_str()), 0);
+  log->Reopen();
+  EXPECT_EQ(wait_for_file("a.log.1", "a\nb\n"), "a\nb\n");
+  log->Write("c");
+  log->Write("d");
+  log->Close();
+  EXPECT_EQ(dir.ReadFile("a.log"), "c\nd\n");
 }
 
 TEST(AccessLogWriter, OpenFailsWithAReason) {
