@@ -299,11 +299,13 @@ const KeySpec kKeys[] = {
      256, nullptr, "Connections to the database, each running one statement at a time (1 to 256)."},
 
     {"limits", "max_request_body", Kind::kSize, kLive, FIELD(limits.max_request_body), 0, kGiB,
-     nullptr, "Largest request body accepted (413 above it; at most 1GiB)."},
+     nullptr,
+     "Largest body of a guarded request (413 above it; at most 1GiB). Passthrough: no cap, it "
+     "streams."},
     {"limits", "max_response_body", Kind::kSize, kLive, FIELD(limits.max_response_body), 0, kGiB,
      nullptr,
-     "Largest upstream response body stored and relayed (502 upstream_failed above it; at "
-     "most 1GiB)."},
+     "Largest response stored for a guarded request (502 above it; at most 1GiB). Passthrough: "
+     "no cap."},
     {"limits", "max_header_bytes", Kind::kSize, kLive, FIELD(limits.max_header_bytes), 0, kMiB,
      nullptr,
      "Largest request head (request line and headers) accepted (431 above it; at most 1MiB)."},

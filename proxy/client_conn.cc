@@ -35,6 +35,10 @@ ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, 
 
 ClientConn::~ClientConn() {
   if (exchange_) exchange_->DetachClient();
+  if (relay_.call != nullptr) {
+    relay_.call->Cancel();
+    relay_.call = nullptr;
+  }
   if (pending_tls_ != nullptr) {
     SSL_free(pending_tls_);
     evutil_closesocket(fd_);
@@ -111,7 +115,8 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
     self->read_eof_ = true;
     if (self->exchange_ != nullptr) self->exchange_->ClientClosed();  // logged as 499
     // A half-closed client still gets the answer to the request it completed.
-    if (self->state_ == State::kIdle || self->state_ == State::kReading) {
+    if (self->state_ == State::kIdle || self->state_ == State::kReading ||
+        (self->state_ == State::kRelaying && !self->relay_.request_done)) {
       self->Close(CloseReason::kClientClosed);
     } else if (self->state_ == State::kLingering) {
       self->Close(CloseReason::kAfterAnswer);
@@ -145,6 +150,7 @@ std::shared_ptr<const Config> ClientConn::RefreshLimits() {
   if (config != parser_config_) {
     parser_ =
         std::make_unique<RequestParser>(MaxRequestBody(*config), config->limits.max_header_bytes);
+    parser_->set_decide_body(true);  // passthrough bodies stream; guarded ones are limited
     parser_config_ = config;
   }
   client_timeout_ms_ = config->limits.client_timeout_ms;
@@ -152,18 +158,38 @@ std::shared_ptr<const Config> ClientConn::RefreshLimits() {
 }
 
 void ClientConn::ProcessInput() {
-  if (state_ != State::kIdle && state_ != State::kReading) return;
+  const bool relaying_body = state_ == State::kRelaying && !relay_.request_done;
+  if (state_ != State::kIdle && state_ != State::kReading && !relaying_body) return;
+  if (relay_.client_paused) return;
   FeedParser(bufferevent_get_input(bev_.get()), *parser_);
   OnParsed();
 }
 
 void ClientConn::OnParsed() {
   if (parser_->error() != ParseError::kNone) {
+    if (state_ == State::kRelaying) {
+      return AbortRelay(ErrorCodeFor(parser_->error()), parser_->error_detail());
+    }
     return RespondError(ErrorCodeFor(parser_->error()), parser_->error_detail());
   }
   if (parser_->started() && state_ == State::kIdle) {
     state_ = State::kReading;
     timer_.Arm(client_timeout_ms_);  // from the request's first byte
+  }
+  if (parser_->headers_complete() && !parser_->body_decided()) {
+    if (!DecideBody()) return;
+    ProcessInput();  // the body (or the rest of the relay) follows
+    // A relayed request goes upstream with as much of its body as came with its head.
+    if (state_ == State::kRelaying && !relay_.call_started) StartRelayCall();
+    return;
+  }
+  if (state_ == State::kRelaying) {
+    if (parser_->message_complete()) {
+      RelayRequestEnd();
+    } else {
+      CheckUpstreamBacklog();
+    }
+    return;
   }
   if (parser_->message_complete()) return StartExchange();
   if (parser_->headers_complete() && parser_->request().expect_continue && !continue_sent_) {
@@ -188,7 +214,7 @@ void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bo
   // This request's X-Request-Id goes back with its answer (a replay's too: not the stored one).
   const std::string request_id = exchange_ ? exchange_->request_id() : std::string();
   exchange_ = nullptr;
-  if (state_ != State::kExchange) return;
+  if (state_ != State::kExchange && state_ != State::kRelaying) return;
   bool close = close_after_ || read_eof_ || worker_->draining();
   state_ = close ? State::kClosing : State::kWriting;
   ConnectionHeader connection = close     ? ConnectionHeader::kClose
@@ -261,6 +287,7 @@ bool ClientConn::QueueBody(evbuffer* out, std::shared_ptr<const StoredResponse> 
 
 void ClientConn::OnWritten() {
   if (closed_) return;
+  if (state_ == State::kRelaying) return OnRelayWritten();
   if (state_ == State::kWriting) {
     BeginIdle();
   } else if (state_ == State::kClosing) {
@@ -311,6 +338,11 @@ void ClientConn::Close(CloseReason reason) {
     exchange_->DetachClient();
     exchange_ = nullptr;
   }
+  if (relay_.call != nullptr) {
+    relay_.call->Cancel();  // the client is gone: so is the relayed call
+    relay_.call = nullptr;
+  }
+  if (state_ == State::kRelaying && !relay_.recorded) RecordRelay(true);
   timer_.Cancel();
   if (resume_) event_del(resume_.get());
   if (sniff_) event_del(sniff_.get());

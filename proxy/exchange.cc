@@ -17,7 +17,6 @@
 
 namespace idemgate {
 
-namespace {
 // The Host for requests that came without one: the upstream's host, and its port unless default.
 std::string UpstreamHost(const Config::Upstream& upstream) {
   const std::string& host = upstream.addr.host;
@@ -28,6 +27,7 @@ std::string UpstreamHost(const Config::Upstream& upstream) {
   return out;
 }
 
+namespace {
 // An attempt's upstream call ends this long before its lease (less when the lease leaves less
 // room over connect + response timeouts), so its completion lands while it owns the key.
 constexpr int64_t kLeaseMarginMs = 1'000;

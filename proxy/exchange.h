@@ -33,6 +33,9 @@ enum class Outcome {
 };
 const char* OutcomeName(Outcome outcome);
 
+// The Host for requests that came without one: the upstream's host, and its port unless default.
+std::string UpstreamHost(const Config::Upstream& upstream);
+
 // What an exchange is doing, and so what it waits for.
 enum class Phase {
   kNew,         // constructed, Start() not yet called

@@ -334,6 +334,11 @@ std::string FingerprintPrefix(const Fingerprint& fingerprint) {
   return out;
 }
 
+bool IsPassthroughRequest(const Config& config, const Request& request) {
+  GuardDecision rejected;
+  return !ListsProtectedHeader(config, request, &rejected) && !IsGuardedRoute(config, request);
+}
+
 GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   GuardDecision rejected;
   if (ListsProtectedHeader(config, request, &rejected)) return rejected;

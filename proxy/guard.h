@@ -29,6 +29,10 @@ struct GuardDecision {
 // G1-G2, S2-S4, K1-K2, F1-F3, in the SPEC's order. The request is complete (body decoded).
 GuardDecision EvaluateGuard(const Config& config, const Request& request);
 
+// G1-G2 from the headers alone: true when the request is not guarded and not rejected either,
+// so the gateway only relays it (its body streams; nothing about it is stored).
+bool IsPassthroughRequest(const Config& config, const Request& request);
+
 // The path `idempotency.require_key` prefixes are matched against (a prefix goes through it
 // too): the absolute form reduced to its path, the query dropped, percent-escapes of unreserved
 // characters decoded (every escape when `decode_all`), "." and ".." segments resolved, repeated

@@ -163,11 +163,12 @@ std::string_view Request::Path() const {
   return q == std::string_view::npos ? t : t.substr(0, q);
 }
 
-std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
-                                     std::string_view proto, std::string_view default_host,
-                                     std::string_view host_override) {
-  std::string out;
-  out.reserve(256 + request.body.size());
+namespace {
+
+// The request line and headers sent upstream, without the framing header and the blank line.
+void AppendUpstreamHead(std::string& out, const Request& request, std::string_view client_ip,
+                        std::string_view proto, std::string_view default_host,
+                        std::string_view host_override) {
   out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\n");
   std::string forwarded_for;
   bool has_host = false;
@@ -197,11 +198,37 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
   forwarded_for.append(client_ip);
   AppendHeader(&out, "X-Forwarded-For", forwarded_for);
   AppendHeader(&out, "X-Forwarded-Proto", proto);
+}
+
+}  // namespace
+
+std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
+                                     std::string_view proto, std::string_view default_host,
+                                     std::string_view host_override) {
+  std::string out;
+  out.reserve(256 + request.body.size());
+  AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
   if (!request.body.empty() || MethodCarriesBody(request.method)) {
     AppendHeader(&out, "Content-Length", std::to_string(request.body.size()));
   }
   out.append("\r\n");
   out.append(request.body);
+  return out;
+}
+
+std::string SerializeUpstreamRequestHead(const Request& request, std::string_view client_ip,
+                                         std::string_view proto, std::string_view default_host,
+                                         std::string_view host_override) {
+  std::string out;
+  out.reserve(256);
+  AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
+  if (request.chunked) {
+    AppendHeader(&out, "Transfer-Encoding", "chunked");
+  } else if (request.content_length >= 0 || MethodCarriesBody(request.method)) {
+    AppendHeader(&out, "Content-Length",
+                 std::to_string(std::max<int64_t>(request.content_length, 0)));
+  }
+  out.append("\r\n");
   return out;
 }
 
@@ -264,6 +291,24 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
   if (connection == ConnectionHeader::kKeepAlive) AppendHeader(&out, "Connection", "keep-alive");
   out.append("\r\n");
   *send_body = !no_body_status && !head_request && !response.body.empty();
+  return out;
+}
+
+std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
+                                          int64_t length, ConnectionHeader connection,
+                                          std::string_view request_id) {
+  std::string out;
+  out.reserve(256);
+  out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
+  out.append(response.reason.empty() ? StandardReasonPhrase(response.status) : response.reason);
+  out.append("\r\n");
+  for (const auto& [name, value] : response.headers) AppendHeader(&out, name, value);
+  if (!request_id.empty()) AppendHeader(&out, "X-Request-Id", request_id);
+  if (framing == BodyFraming::kLength) AppendHeader(&out, "Content-Length", std::to_string(length));
+  if (framing == BodyFraming::kChunked) AppendHeader(&out, "Transfer-Encoding", "chunked");
+  if (connection == ConnectionHeader::kClose) AppendHeader(&out, "Connection", "close");
+  if (connection == ConnectionHeader::kKeepAlive) AppendHeader(&out, "Connection", "keep-alive");
+  out.append("\r\n");
   return out;
 }
 

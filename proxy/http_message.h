@@ -62,6 +62,7 @@ struct Request {
   bool keep_alive = true;        // the client wants the connection kept open after this one
   bool expect_continue = false;  // "Expect: 100-continue"
   bool chunked = false;          // the body came chunked
+  int64_t content_length = -1;   // the Content-Length it came with; -1 without one
 
   std::string_view Path() const;  // target up to '?'
 };
@@ -73,6 +74,9 @@ struct Response {
   Headers headers;         // as received, hop-by-hop included
   std::string body;        // after transfer decoding
   bool keep_alive = true;  // the connection it came on may be reused
+  // Framing as received (a streamed response's head carries it on to the client).
+  bool chunked = false;
+  int64_t content_length = -1;  // -1: no Content-Length
 };
 
 // The request as sent upstream: hop-by-hop headers removed, Content-Length framing,
@@ -83,6 +87,22 @@ struct Response {
 std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
                                      std::string_view proto, std::string_view default_host = {},
                                      std::string_view host_override = {});
+
+// How a streamed body is framed on the wire (passthrough relaying).
+enum class BodyFraming {
+  kNone,     // no body
+  kLength,   // Content-Length
+  kChunked,  // Transfer-Encoding: chunked (each piece relayed becomes one chunk)
+  kClose,    // delimited by closing the connection (an HTTP/1.0 client)
+};
+
+// The head of a streamed (passthrough) request: as SerializeUpstreamRequest, framed as it came
+// (Content-Length kept, chunked kept chunked; a body-carrying method without a body gets
+// Content-Length: 0). Its body follows as relayed.
+std::string SerializeUpstreamRequestHead(const Request& request, std::string_view client_ip,
+                                         std::string_view proto,
+                                         std::string_view default_host = {},
+                                         std::string_view host_override = {});
 
 // Turns an upstream response into what is stored and replayed: hop-by-hop headers,
 // X-Request-Id (every answer carries its own request's) and Content-Length dropped, everything
@@ -106,5 +126,12 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed,
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
                                   ConnectionHeader connection, bool head_request, bool* send_body,
                                   std::string_view request_id = {});
+
+// The head of a streamed (passthrough) answer: status line, `response`'s headers (from
+// ToStoredResponse; its body is ignored), X-Request-Id unless `request_id` is empty, then the
+// framing (`length` for kLength) and `connection`.
+std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
+                                          int64_t length, ConnectionHeader connection,
+                                          std::string_view request_id = {});
 
 }  // namespace idemgate

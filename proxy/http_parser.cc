@@ -124,7 +124,8 @@ class HeaderSectionScanner {
 // The parsing state shared by both directions; llhttp calls back into it through `data`.
 struct Engine {
   Engine(llhttp_type_t type, uint64_t max_body, uint64_t max_header_bytes)
-      : type(type), max_body(max_body), max_header_bytes(max_header_bytes) {
+      : type(type), max_body(max_body), default_max_body(max_body),
+        max_header_bytes(max_header_bytes) {
     InitSettings();
     Reinit();
   }
@@ -143,6 +144,15 @@ struct Engine {
     interim = in_trailers = feed_pause = false;
     chunk_data_left = 0;
     chunk_crlf_left = 0;
+    body_seen = 0;
+    released = false;
+    framing_length = -1;
+    framing_chunked = false;
+    head_keep_alive = false;
+    if (type == HTTP_REQUEST) {  // a response's sink and limit hold for the whole call (Begin)
+      max_body = default_max_body;
+      sink = nullptr;
+    }
     ++resets;
     header_bytes = 0;
     field.clear();
@@ -183,7 +193,16 @@ struct Engine {
 
   llhttp_type_t type;
   uint64_t max_body;
+  uint64_t default_max_body;
   uint64_t max_header_bytes;
+  // Streaming: Feed holds after a header section until `released`; the body goes to `sink`.
+  bool hold_at_headers = false;
+  bool released = false;
+  BodySink sink;
+  uint64_t body_seen = 0;       // decoded body bytes so far (the limit counts these)
+  int64_t framing_length = -1;  // the Content-Length at the end of the headers; -1: none
+  bool framing_chunked = false;
+  bool head_keep_alive = false;
   llhttp_t parser{};
   llhttp_settings_t settings{};
 
@@ -248,7 +267,7 @@ void Engine::InitSettings() {
   settings.on_headers_complete = [](llhttp_t* p) { return Of(p)->OnHeadersComplete(); };
   settings.on_chunk_header = [](llhttp_t* p) {
     Engine* e = Of(p);
-    if (e->body.size() + p->content_length > e->max_body) {
+    if (p->content_length > e->max_body - e->body_seen) {
       return e->Fail(ParseError::kBodyTooLarge, "The chunked body exceeds the limit of " +
                                                     std::to_string(e->max_body) + " bytes.");
     }
@@ -263,11 +282,16 @@ void Engine::InitSettings() {
   };
   settings.on_body = [](llhttp_t* p, const char* at, size_t n) {
     Engine* e = Of(p);
-    if (e->body.size() + n > e->max_body) {
+    if (n > e->max_body - e->body_seen) {
       return e->Fail(ParseError::kBodyTooLarge,
                      "The body exceeds the limit of " + std::to_string(e->max_body) + " bytes.");
     }
-    e->body.append(at, n);
+    e->body_seen += n;
+    if (e->sink) {
+      e->sink(std::string_view(at, n));
+    } else {
+      e->body.append(at, n);
+    }
     return 0;
   };
   settings.on_message_complete = [](llhttp_t* p) { return Of(p)->OnMessageComplete(); };
@@ -300,6 +324,10 @@ int Engine::PushHeader() {
 int Engine::OnHeadersComplete() {
   if (!field.empty() && PushHeader() != 0) return -1;
   headers_complete = true;
+  framing_length = (parser.flags & F_CONTENT_LENGTH) ? static_cast<int64_t>(parser.content_length)
+                                                     : -1;
+  framing_chunked = (parser.flags & F_CHUNKED) != 0;
+  head_keep_alive = llhttp_should_keep_alive(&parser) != 0;
   if (parser.http_major != 1 || parser.http_minor > 1) {
     return Fail(ParseError::kMalformed, "Only HTTP/1.0 and HTTP/1.1 are supported.");
   }
@@ -317,7 +345,7 @@ int Engine::OnRequestHeadersComplete() {
     return Fail(ParseError::kMalformed,
                 "Transfer-Encoding in a request must be exactly \"chunked\".");
   }
-  if ((parser.flags & F_CONTENT_LENGTH) && parser.content_length > max_body) {
+  if (!hold_at_headers && (parser.flags & F_CONTENT_LENGTH) && parser.content_length > max_body) {
     return Fail(ParseError::kBodyTooLarge,
                 "The Content-Length " + std::to_string(parser.content_length) +
                     " exceeds the limit of " + std::to_string(max_body) + " bytes.");
@@ -421,6 +449,7 @@ size_t Engine::CheckChunkEnd(const char* data, size_t len) {
 size_t Engine::Feed(const char* data, size_t len) {
   size_t total = 0;
   while (total < len && error == ParseError::kNone && !message_complete) {
+    if (hold_at_headers && headers_complete && !released) break;
     size_t chunk = len - total;
     const char* bad = nullptr;  // the scanner rejects the byte right after `chunk`
     const bool counted = !scanner.done() || in_trailers;
@@ -478,7 +507,9 @@ struct RequestParser::Impl {
     request.headers = engine.headers;
     const std::string* expect = FindHeader(request.headers, "Expect");
     request.expect_continue = expect != nullptr && HeaderNameEquals(*expect, "100-continue");
-    request.chunked = (engine.parser.flags & F_CHUNKED) != 0;
+    request.chunked = engine.framing_chunked;
+    request.content_length = engine.framing_length;
+    request.keep_alive = engine.head_keep_alive;
   }
 };
 
@@ -498,12 +529,30 @@ size_t RequestParser::Feed(const char* data, size_t len) {
   return used;
 }
 
+void RequestParser::set_decide_body(bool on) { impl_->engine.hold_at_headers = on; }
+bool RequestParser::body_decided() const { return impl_->engine.released; }
+
+bool RequestParser::DecideBody(uint64_t max_body, BodySink sink) {
+  Engine& e = impl_->engine;
+  e.released = true;
+  e.max_body = max_body == 0 ? UINT64_MAX : max_body;
+  e.sink = std::move(sink);
+  if (e.framing_length >= 0 && static_cast<uint64_t>(e.framing_length) > e.max_body) {
+    e.Fail(ParseError::kBodyTooLarge, "The Content-Length " + std::to_string(e.framing_length) +
+                                          " exceeds the limit of " + std::to_string(e.max_body) +
+                                          " bytes.");
+    return false;
+  }
+  return true;
+}
+
 bool RequestParser::started() const { return impl_->engine.started; }
 bool RequestParser::headers_complete() const { return impl_->engine.headers_complete; }
 bool RequestParser::message_complete() const { return impl_->engine.message_complete; }
 ParseError RequestParser::error() const { return impl_->engine.error; }
 const std::string& RequestParser::error_detail() const { return impl_->engine.detail; }
 const Request& RequestParser::request() const { return impl_->request; }
+Request& RequestParser::mutable_request() { return impl_->request; }
 
 Request RequestParser::TakeRequest() {
   Request out = std::move(impl_->request);
@@ -526,10 +575,28 @@ ResponseParser::ResponseParser(uint64_t max_body, uint64_t max_header_bytes)
     : impl_(std::make_unique<Impl>(max_body, max_header_bytes)) {}
 ResponseParser::~ResponseParser() = default;
 
-void ResponseParser::Begin(bool head_request) {
+void ResponseParser::Begin(bool head_request, BodySink sink) {
   // One response per request on an upstream connection: each starts from a clean parser.
-  impl_->engine.Reinit();
-  impl_->engine.head_request = head_request;
+  Engine& e = impl_->engine;
+  e.hold_at_headers = sink != nullptr;
+  e.sink = std::move(sink);
+  e.Reinit();
+  e.head_request = head_request;
+}
+
+bool ResponseParser::headers_complete() const { return impl_->engine.headers_complete; }
+
+Response ResponseParser::TakeHead() {
+  Engine& e = impl_->engine;
+  e.released = true;
+  Response out;
+  out.status = e.parser.status_code;
+  out.reason = std::move(e.reason);
+  out.http_minor = e.parser.http_minor;
+  out.headers = std::move(e.headers);
+  out.chunked = e.framing_chunked;
+  out.content_length = e.framing_length;
+  return out;
 }
 
 size_t ResponseParser::Feed(const char* data, size_t len) { return impl_->engine.Feed(data, len); }
@@ -568,6 +635,8 @@ Response ResponseParser::TakeResponse() {
   out.headers = std::move(e.headers);
   out.body = std::move(e.body);
   out.keep_alive = e.keep_alive;
+  out.chunked = e.framing_chunked;
+  out.content_length = e.framing_length;
   e.ResetMessage();
   return out;
 }

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 
 #include "proxy/errors.h"
@@ -18,6 +20,9 @@ enum class ParseError {
   kBodyTooLarge,    // body over the configured maximum
   kHeadersTooLarge, // request line / status line + headers over the configured maximum
 };
+
+// Receives a streamed message's decoded body, piece by piece (passthrough relaying).
+using BodySink = std::function<void(std::string_view piece)>;
 
 // The gateway's answer to a request that failed to parse: 400, 413 or 431 (SPEC §7).
 ErrorCode ErrorCodeFor(ParseError error);
@@ -43,6 +48,16 @@ class RequestParser {
   const std::string& error_detail() const;  // one sentence for a person
 
   const Request& request() const;  // valid from headers_complete()
+  Request& mutable_request();      // the same, to add to before it is relayed
+
+  // Body decided per request: Feed stops right after each header section (headers_complete()
+  // and !body_decided()) until DecideBody says how the body is taken; the Content-Length check
+  // against the body limit waits until then. Off by default (the limit given at construction).
+  void set_decide_body(bool on);
+  bool body_decided() const;
+  // The body limit for this request (0 = none) and, when `sink` is set, where its pieces go
+  // instead of request().body. False (error() set) when the Content-Length is over the limit.
+  bool DecideBody(uint64_t max_body, BodySink sink);
   // Moves the complete request out and resets for the next message on the same stream.
   Request TakeRequest();
 
@@ -59,18 +74,23 @@ class ResponseParser {
   ResponseParser(const ResponseParser&) = delete;
   ResponseParser& operator=(const ResponseParser&) = delete;
 
-  // Call before each response; a HEAD request's response has no body.
-  void Begin(bool head_request);
+  // Call before each response; a HEAD request's response has no body. With a `sink` the response
+  // is streamed: Feed stops right after the header section (TakeHead then gives it) and the
+  // body's pieces go to the sink instead of the response's body.
+  void Begin(bool head_request, BodySink sink = nullptr);
   size_t Feed(const char* data, size_t len);
   // The upstream closed the connection: completes a close-delimited body, or fails.
   void FeedEof();
 
   bool started() const;  // a byte of the (final) response has been seen
+  bool headers_complete() const;  // of the final response (a skipped 1xx does not count)
   bool message_complete() const;
   ParseError error() const;
   bool error_free() const { return error() == ParseError::kNone; }
   const std::string& error_detail() const;
   Response TakeResponse();
+  // Streamed: the status line and headers (body empty, framing set), once headers_complete().
+  Response TakeHead();
 
  private:
   struct Impl;

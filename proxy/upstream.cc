@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <vector>
@@ -25,7 +26,7 @@ constexpr size_t kMaxIdle = 256;
 }  // namespace
 
 // One connection to the origin. Busy with at most one call at a time.
-class UpstreamConn {
+class UpstreamConn final : public StreamCall {
  public:
   explicit UpstreamConn(UpstreamPool* pool) : pool_(pool) {}
 
@@ -74,22 +75,82 @@ class UpstreamConn {
   // Connected to the pool's current address (not to one its server's name no longer has).
   bool Current() const { return address_generation_ == pool_->address_generation(); }
 
-  void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done) {
+  void Start(std::string request, bool head, const UpstreamLimits& limits, UpstreamCallback done,
+             StreamReceiver* receiver = nullptr) {
     request_ = std::move(request);
     limits_ = limits;
     done_ = std::move(done);
+    receiver_ = receiver;
     if (!parser_ || parser_max_ != limits.max_response_body) {
       parser_ = std::make_unique<ResponseParser>(limits.max_response_body);
       parser_max_ = limits.max_response_body;
     }
-    parser_->Begin(head);
     late_rounds_ = 0;
+    if (receiver_ != nullptr) {
+      StartStream(head);
+    } else {
+      parser_->Begin(head);
+    }
     timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
     if (connecting_) {
       timer_.Arm(CappedMs(limits.connect_timeout_ms));
     } else {
       SendRequest();
     }
+  }
+
+  // StreamCall.
+  void WriteBody(std::string_view prefix, std::string_view data,
+                 std::string_view suffix) override {
+    if (!done_) return;
+    if (connecting_) {  // kept with the head: unsent if the connect fails (a group retries it)
+      request_.append(prefix).append(data).append(suffix);
+      return;
+    }
+    if (!bev_) return;
+    Touch();
+    std::string_view parts[3] = {prefix, data, suffix};
+    size_t sent = 0;
+    // Straight to the socket while nothing is queued, as SendRequest does.
+    if (!connecting_ && pool_->tls() == nullptr &&
+        evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) {
+      iovec iov[3];
+      for (int i = 0; i < 3; ++i) iov[i] = {const_cast<char*>(parts[i].data()), parts[i].size()};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = 3;
+      ssize_t n = sendmsg(bufferevent_getfd(bev_.get()), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent = static_cast<size_t>(n);
+    }
+    for (std::string_view part : parts) {
+      size_t skip = std::min(sent, part.size());
+      sent -= skip;
+      if (skip < part.size()) bufferevent_write(bev_.get(), part.data() + skip, part.size() - skip);
+    }
+  }
+  void EndBody() override { request_ended_ = true; }
+  size_t Unsent() const override {
+    return request_.size() + (bev_ ? evbuffer_get_length(bufferevent_get_output(bev_.get())) : 0);
+  }
+  void PauseResponse(bool paused) override {
+    if (!done_ || !bev_ || paused == paused_) return;
+    paused_ = paused;
+    if (paused) {
+      bufferevent_disable(bev_.get(), EV_READ);
+      if (!connecting_) timer_.Cancel();
+      return;
+    }
+    bufferevent_enable(bev_.get(), EV_READ);
+    Touch();
+    if (!connecting_) timer_.Arm(limits_.response_timeout_ms);
+    StreamRead();  // what waited in the input buffer
+    if (done_ && eof_pending_ && !paused_) OnEof();
+  }
+  void Cancel() override {
+    done_ = nullptr;
+    receiver_ = nullptr;
+    timer_.Cancel();
+    Die();
   }
 
   // Shutdown: the call in progress ends now (indeterminate once connected: R4).
@@ -103,7 +164,40 @@ class UpstreamConn {
   static void EventCb(bufferevent*, short what, void* arg) {
     static_cast<UpstreamConn*>(arg)->OnEvent(what);
   }
+  static void WriteCb(bufferevent*, void* arg) {
+    auto* self = static_cast<UpstreamConn*>(arg);
+    if (self->done_ && self->receiver_) {
+      self->Touch();
+      self->receiver_->OnRequestDrained();
+    }
+  }
+  // A streamed call's activity, which keeps its silence timer from firing (OnTimeout looks).
+  void Touch() { last_activity_ = std::chrono::steady_clock::now(); }
   void SetCallbacks() { bufferevent_setcb(bev_.get(), ReadCb, nullptr, EventCb, this); }
+
+  // A streamed call: its head (and the body written while connecting) goes once connected, the
+  // response is parsed piece by piece, and the drained request body is reported.
+  void StartStream(bool head) {
+    parser_->Begin(head, [this](std::string_view piece) {
+      if (receiver_) receiver_->OnResponseBody(piece);
+    });
+    head_sent_ = false;
+    paused_ = false;
+    eof_pending_ = false;
+    request_ended_ = false;
+    Touch();
+    if (!bev_) return;
+    bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
+  }
+
+  // Back to a plain pooled connection after a streamed call.
+  void EndStream() {
+    receiver_ = nullptr;
+    if (!bev_) return;
+    SetCallbacks();
+    if (paused_) bufferevent_enable(bev_.get(), EV_READ);
+    paused_ = false;
+  }
 
   // `ms`, or less when the call's deadline comes sooner.
   int64_t CappedMs(int64_t ms) const {
@@ -136,7 +230,36 @@ class UpstreamConn {
       Die();
       return;
     }
+    if (receiver_) return StreamRead();
     FeedParser(in, *parser_);
+    Progress(evbuffer_get_length(in) > 0);
+  }
+
+  // A streamed response: the head once parsed, the body as it comes (the parser hands its pieces
+  // to the receiver), until the receiver pauses reading or the response is complete.
+  void StreamRead() {
+    if (paused_ || !done_) return;
+    evbuffer* in = bufferevent_get_input(bev_.get());
+    if (evbuffer_get_length(in) > 0) Touch();
+    while (evbuffer_get_length(in) > 0 && !paused_ && parser_->error_free() &&
+           !parser_->message_complete()) {
+      size_t len = evbuffer_get_contiguous_space(in);
+      const char* data = reinterpret_cast<const char*>(evbuffer_pullup(in, len));
+      size_t used = parser_->Feed(data, len);
+      evbuffer_drain(in, used);
+      if (!done_) return;  // cancelled by the receiver
+      if (parser_->headers_complete() && !head_sent_ && parser_->error_free()) {
+        head_sent_ = true;
+        receiver_->OnResponseHead(parser_->TakeHead());
+        if (!done_) return;
+        continue;
+      }
+      if (used < len) break;
+    }
+    if (parser_->error_free() && !parser_->message_complete()) {
+      if (receiver_ != nullptr) receiver_->OnResponseFlush();
+      return;
+    }
     Progress(evbuffer_get_length(in) > 0);
   }
 
@@ -153,7 +276,8 @@ class UpstreamConn {
     result.response = parser_->TakeResponse();
     // An answer that came before the whole request left (an early 413, say) leaves the rest of
     // the request queued: on reuse the upstream would read it as the start of the next request.
-    bool unsent = evbuffer_get_length(bufferevent_get_output(bev_.get())) > 0;
+    bool unsent = evbuffer_get_length(bufferevent_get_output(bev_.get())) > 0 ||
+                  (receiver_ != nullptr && !request_ended_);
     bool reusable = result.response.keep_alive && !leftover && !eof_ && !unsent;
     Finish(std::move(result), reusable);
   }
@@ -171,21 +295,30 @@ class UpstreamConn {
       eof_ = true;
       OnRead();  // anything still buffered
       if (!done_) return;
-      // Over TLS only close_notify proves the peer ended the stream: a bare TCP close may be a
-      // cut, and a close-delimited body it "completes" may be truncated (indeterminate, R4).
-      if (!CleanTlsClose()) {
-        return Fail(UpstreamError::kFailed,
-                    "TLS upstream closed the connection without close_notify before a complete "
-                    "response; what arrived may be truncated");
+      if (paused_) {  // the client is behind: the end is handled once the rest is read
+        eof_pending_ = true;
+        return;
       }
-      parser_->FeedEof();
-      if (parser_->message_complete() || parser_->error() != ParseError::kNone) {
-        return Progress(false);
-      }
-      return Fail(UpstreamError::kFailed, "upstream closed the connection before responding");
+      return OnEof();
     }
     Fail(UpstreamError::kFailed,
          std::string("upstream connection error: ") + strerror(EVUTIL_SOCKET_ERROR()));
+  }
+
+  void OnEof() {
+    eof_pending_ = false;
+    // Over TLS only close_notify proves the peer ended the stream: a bare TCP close may be a
+    // cut, and a close-delimited body it "completes" may be truncated (indeterminate, R4).
+    if (!CleanTlsClose()) {
+      return Fail(UpstreamError::kFailed,
+                  "TLS upstream closed the connection without close_notify before a complete "
+                  "response; what arrived may be truncated");
+    }
+    parser_->FeedEof();
+    if (parser_->message_complete() || parser_->error() != ParseError::kNone) {
+      return Progress(false);
+    }
+    Fail(UpstreamError::kFailed, "upstream closed the connection before responding");
   }
 
   // True for plain TCP, and for TLS when the peer sent close_notify.
@@ -222,6 +355,7 @@ class UpstreamConn {
                                                    ? "TLS handshake timeout"
                                                    : "connect timeout");
     }
+    if (receiver_) return OnStreamTimeout();
     // After a pause (SIGSTOP, a stalled VM) the timer and the answer are due together, and the
     // timer may run first (epoll_wait returns EINTR on SIGCONT, so the loop handles timers
     // before it polls). What already arrived is read before a timeout is declared: the timer
@@ -233,6 +367,24 @@ class UpstreamConn {
       return;
     }
     Fail(UpstreamError::kTimeout, "no complete response within upstream.response_timeout");
+  }
+
+  // A streamed call fails on silence, not on length: the timer goes again for what is left of
+  // the timeout since the last byte read or written (re-arming on every byte would cost an
+  // event_add each). What waits unread (a paused process) is read first, as below.
+  void OnStreamTimeout() {
+    using namespace std::chrono;
+    auto quiet = duration_cast<milliseconds>(steady_clock::now() - last_activity_).count();
+    if (quiet < limits_.response_timeout_ms) {
+      timer_.Arm(limits_.response_timeout_ms - quiet);
+      return;
+    }
+    if (late_rounds_ < 64 && InputWaiting()) {
+      ++late_rounds_;
+      timer_.Arm(0);
+      return;
+    }
+    Fail(UpstreamError::kTimeout, "no byte to or from the upstream within upstream.response_timeout");
   }
 
   // Bytes (or the peer's FIN) wait in the socket, unread.
@@ -257,6 +409,7 @@ class UpstreamConn {
     timer_.Cancel();
     UpstreamCallback done = std::move(done_);
     done_ = nullptr;
+    if (receiver_) EndStream();
     if (reusable) {
       pool_->OnConnIdle(this);
     } else {
@@ -279,10 +432,16 @@ class UpstreamConn {
   std::string request_;
   bool connecting_ = false;
   bool eof_ = false;
+  StreamReceiver* receiver_ = nullptr;  // a streamed call's (null otherwise)
+  bool head_sent_ = false;              // streamed: the response head went to the receiver
+  bool paused_ = false;                 // streamed: reading stopped for a slow client
+  bool eof_pending_ = false;            // streamed: EOF came while paused
+  bool request_ended_ = false;          // streamed: the request's body was all written
   uint64_t late_rounds_ = 0;  // timer turns spent reading what arrived by the timeout
   UpstreamLimits limits_;
   UpstreamCallback done_;
   std::chrono::steady_clock::time_point idle_since_;
+  std::chrono::steady_clock::time_point last_activity_;  // streamed: the last byte in or out
 };
 
 UpstreamPool::UpstreamPool(event_base* base, const HostPort& upstream, SSL_CTX* tls)
@@ -344,6 +503,21 @@ void UpstreamPool::Send(std::string request, bool head_request, const UpstreamLi
   UpstreamConn* raw = conn.get();
   busy_.push_back(std::move(conn));
   raw->Start(std::move(request), head_request, limits, std::move(done));
+}
+
+StreamCall* UpstreamPool::SendStream(std::string head, bool head_request,
+                                     const UpstreamLimits& limits, StreamReceiver* receiver,
+                                     UpstreamCallback done) {
+  std::unique_ptr<UpstreamConn> conn = TakeIdle(limits.idle_timeout_ms);
+  UpstreamLimits use = limits;
+  if (!conn) {
+    conn = std::make_unique<UpstreamConn>(this);
+    if (!conn->Connect()) use = UpstreamLimits{0, 0, 0};  // reported on the next loop turn
+  }
+  UpstreamConn* raw = conn.get();
+  busy_.push_back(std::move(conn));
+  raw->Start(std::move(head), head_request, use, std::move(done), receiver);
+  return raw;
 }
 
 void UpstreamPool::OnConnIdle(UpstreamConn* conn) {

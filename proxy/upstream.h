@@ -10,6 +10,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <openssl/ssl.h>
 
@@ -51,6 +52,35 @@ struct UpstreamLimits {
   std::string group;
 };
 
+// The other end of a streamed call (passthrough): the response is handed on as it arrives.
+class StreamReceiver {
+ public:
+  virtual ~StreamReceiver() = default;
+  virtual void OnResponseHead(Response head) = 0;           // body empty; framing set
+  virtual void OnResponseBody(std::string_view piece) = 0;  // decoded (chunks unwrapped)
+  // The request body written so far has (mostly) left: more may be written.
+  virtual void OnRequestDrained() = 0;
+  // What arrived so far was handed on and the response is not over: send it on now (pieces
+  // may be gathered until this, to be written together).
+  virtual void OnResponseFlush() = 0;
+};
+
+// A streamed call in progress, valid until its `done` ran or Cancel was called. The request's
+// head went with SendStream; its body follows through WriteBody, framed as the head says.
+class StreamCall {
+ public:
+  // `prefix`, `data` and `suffix` in one write (a chunk's size line, its data, its CRLF).
+  virtual void WriteBody(std::string_view prefix, std::string_view data,
+                         std::string_view suffix = {}) = 0;
+  virtual void EndBody() = 0;                   // the request's last byte was written
+  virtual size_t Unsent() const = 0;            // request bytes queued, not yet sent
+  virtual void PauseResponse(bool paused) = 0;  // stop (resume) reading the response
+  virtual void Cancel() = 0;  // the client is gone: the connection is closed, `done` never runs
+
+ protected:
+  ~StreamCall() = default;
+};
+
 class UpstreamConn;
 
 class UpstreamPool {
@@ -74,6 +104,11 @@ class UpstreamPool {
   // destroyed first, in which case it is never called).
   void Send(std::string request, bool head_request, const UpstreamLimits& limits,
             UpstreamCallback done);
+  // The same for a streamed call: `head` is the request's head, the response goes to `receiver`
+  // piece by piece (the result given to `done` has no body). limits.response_timeout_ms is the
+  // longest silence in either direction (reading stops not counted), not a total.
+  StreamCall* SendStream(std::string head, bool head_request, const UpstreamLimits& limits,
+                         StreamReceiver* receiver, UpstreamCallback done);
 
   // Shutdown: every call in progress ends now with kFailed (kUnavailable if not yet connected),
   // so its exchange stores an indeterminate answer instead of being cut without one.

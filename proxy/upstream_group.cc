@@ -27,13 +27,40 @@ std::string Label(const Server& server) {
 }
 }  // namespace
 
-struct UpstreamGroup::Call {
+struct UpstreamGroup::Call final : StreamCall, std::enable_shared_from_this<Call> {
   std::string request;
   bool head = false;
   UpstreamLimits limits;
   UpstreamCallback done;
   std::vector<size_t> order;  // servers to try, best first; each at most once
   size_t next = 0;
+  // A streamed call: the server's call in progress, and what the client end did so far.
+  UpstreamGroup* group = nullptr;
+  StreamReceiver* receiver = nullptr;
+  StreamCall* conn = nullptr;
+  size_t server = 0;
+  bool ended = false;
+
+  void WriteBody(std::string_view prefix, std::string_view data,
+                 std::string_view suffix) override {
+    if (conn != nullptr) conn->WriteBody(prefix, data, suffix);
+  }
+  void EndBody() override {
+    ended = true;
+    if (conn != nullptr) conn->EndBody();
+  }
+  size_t Unsent() const override { return conn != nullptr ? conn->Unsent() : 0; }
+  void PauseResponse(bool paused) override {
+    if (conn != nullptr) conn->PauseResponse(paused);
+  }
+  void Cancel() override {
+    std::shared_ptr<Call> keep = shared_from_this();  // the server's call held the last reference
+    StreamCall* current = conn;
+    conn = nullptr;
+    if (current == nullptr) return;
+    --group->servers_[server].in_flight;
+    current->Cancel();
+  }
 };
 
 UpstreamGroup::UpstreamGroup(event_base* base, std::string name, const Config::Upstream& config,
@@ -160,10 +187,35 @@ void UpstreamGroup::Send(std::string request, bool head_request, const UpstreamL
   Try(std::move(call));
 }
 
+StreamCall* UpstreamGroup::SendStream(std::string head, bool head_request,
+                                      const UpstreamLimits& limits, StreamReceiver* receiver,
+                                      UpstreamCallback done) {
+  auto call = std::make_shared<Call>();
+  call->request = std::move(head);
+  call->head = head_request;
+  call->limits = limits;
+  call->done = std::move(done);
+  call->order = Order();
+  call->group = this;
+  call->receiver = receiver;
+  StreamCall* handle = call.get();
+  Try(std::move(call));
+  return handle;
+}
+
 void UpstreamGroup::Try(std::shared_ptr<Call> call) {
   const size_t index = call->order[call->next++];
   Server& server = servers_[index];
   ++server.in_flight;
+  if (call->receiver != nullptr) {
+    call->server = index;
+    Call* raw = call.get();
+    raw->conn = server.pool->SendStream(
+        std::move(raw->request), raw->head, raw->limits, raw->receiver,
+        [this, call, index](UpstreamResult result) { OnResult(call, index, std::move(result)); });
+    if (raw->ended) raw->conn->EndBody();
+    return;
+  }
   server.pool->Send(
       std::move(call->request), call->head, call->limits,
       [this, call, index](UpstreamResult result) { OnResult(call, index, std::move(result)); });
@@ -171,6 +223,7 @@ void UpstreamGroup::Try(std::shared_ptr<Call> call) {
 
 void UpstreamGroup::OnResult(std::shared_ptr<Call> call, size_t index, UpstreamResult result) {
   --servers_[index].in_flight;
+  call->conn = nullptr;  // that server's call is over (a retry makes another)
   if (result.error != UpstreamError::kUnavailable) {
     // The server answered, or the request reached it (a reset, a timeout): it takes connections.
     if (servers_[index].out_until != SteadyClock::time_point{})

@@ -39,6 +39,11 @@ class UpstreamGroup {
   // As UpstreamPool::Send, on a server of the group; `done` runs exactly once, on the loop.
   void Send(std::string request, bool head_request, const UpstreamLimits& limits,
             UpstreamCallback done);
+  // As UpstreamPool::SendStream, on a server of the group; retried on another server as Send is
+  // (only when nothing was sent: the head and the body written so far are handed back whole).
+  // The StreamCall returned stays valid until `done` ran or it was cancelled.
+  StreamCall* SendStream(std::string head, bool head_request, const UpstreamLimits& limits,
+                         StreamReceiver* receiver, UpstreamCallback done);
   // Shutdown: calls in progress end now (as UpstreamPool::AbortAll) and are not retried.
   void AbortAll(const std::string& detail);
 

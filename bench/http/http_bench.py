@@ -14,7 +14,10 @@ import bench_report
 import benchlib as B
 import pgcluster
 
-SCENARIOS = ["passthrough", "fresh", "replay", "conflict"]
+SCENARIOS = ["passthrough", "fresh", "replay", "conflict"]  # wrk scenarios
+STREAM = "stream"  # not wrk: 64 MiB passthrough GETs, one at a time (stream_rounds)
+STREAM_BYTES = 64 << 20
+STREAM_GETS = 3  # per target per round
 LOG_SUFFIX = bench_report.LOG_SUFFIX
 MIB = 1024.0
 
@@ -29,7 +32,8 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     p.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
     p.add_argument("--connections", type=int, default=64, help="wrk connections (default 64)")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS + [STREAM]),
+                   help="comma-separated subset")
     p.add_argument("--workers2", type=int, default=1, help="1: also measure workers=2 (default)")
     p.add_argument("--replay-keys", type=int, default=1000, help="keys pre-created for replay")
     p.add_argument("--fill", type=int, default=1000000,
@@ -175,7 +179,7 @@ def run_one(args, tmp, target, scenario, prefix, upstream_pids):
 
 
 def rounds(args, tmp, targets, upstream_pids, results, fsync_samples, store_dir):
-    scenarios = [s for s in args.scenarios.split(",") if s]
+    scenarios = [s for s in args.scenarios.split(",") if s in SCENARIOS]
     for rnd in range(args.rounds):
         for sc in scenarios:
             order = targets if rnd % 2 == 0 else list(reversed(targets))
@@ -191,6 +195,51 @@ def rounds(args, tmp, targets, upstream_pids, results, fsync_samples, store_dir)
                     log("conflict check on %s: %d %s" % (t.name, st, body[:60]))
         fsync_samples.append(B.fdatasync_probe(store_dir, 100))
         log("round %d done; fdatasync p50 %.2f p99 %.2f ms" % (rnd, *fsync_samples[-1][:2]))
+
+
+def stream_once(port):
+    """One 64 MiB passthrough GET read by curl into /dev/null: MiB/s, or None when it failed."""
+    r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w",
+                        "%{http_code} %{size_download} %{time_total}",
+                        "http://127.0.0.1:%d/big/64m.bin" % port],
+                       capture_output=True, text=True, timeout=300)
+    fields = r.stdout.split()
+    if len(fields) != 3 or fields[0] != "200" or int(fields[1]) != STREAM_BYTES:
+        log("stream GET on %d failed: %s" % (port, r.stdout))
+        return None
+    return STREAM_BYTES / (1 << 20) / float(fields[2])
+
+
+def stream_rounds(args, targets, results):
+    """STREAM_GETS 64 MiB GETs per target per round, targets alternating as in rounds()."""
+    for rnd in range(args.rounds):
+        for t in (targets if rnd % 2 == 0 else list(reversed(targets))):
+            speeds = [stream_once(t.port) for _ in range(STREAM_GETS)]
+            ok = [x for x in speeds if x is not None]
+            rss = B.proc_status_kib(t.proc.pid, "VmHWM") if t.name != "nginx" else 0
+            results.setdefault((STREAM, t.name), []).append(
+                {"mibps": statistics.median(ok) if ok else 0.0, "failed": len(speeds) - len(ok),
+                 "hwm": rss})
+            log("stream      %-12s %8.0f MiB/s  failed %d/%d" % (
+                t.name, results[(STREAM, t.name)][-1]["mibps"], len(speeds) - len(ok),
+                len(speeds)))
+
+
+def stream_table(args, results, names):
+    out = ["\n### stream: 64 MiB passthrough GET (origin nginx static file -> target -> curl to "
+           "/dev/null), %d GETs per target per round, median of round medians\n" % STREAM_GETS,
+           "| target | MiB/s | vs nginx | failed GETs | VmHWM after all rounds (MiB) |",
+           "|---|---:|---:|---:|---:|"]
+    base = statistics.median(r["mibps"] for r in results[(STREAM, "nginx")])
+    for name in names:
+        if (STREAM, name) not in results:
+            continue
+        rs = results[(STREAM, name)]
+        mibps = statistics.median(r["mibps"] for r in rs)
+        out.append("| %s | %.0f | %.2fx | %d | %s |" % (
+            name, mibps, mibps / base if base else 0.0, sum(r["failed"] for r in rs),
+            "%.1f" % (rs[-1]["hwm"] / MIB) if name != "nginx" else "-"))
+    return out
 
 
 def fill(args, procs, tmp, upstream_port):
@@ -256,6 +305,9 @@ def main(argv):
         user = "user root;" if os.geteuid() == 0 else ""
         vals = {"USER": user, "DIR": tmp, "UPSTREAM_PORT": up_port,
                 "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
+        os.makedirs(os.path.join(tmp, "origin", "big"))
+        with open(os.path.join(tmp, "origin", "big", "64m.bin"), "wb") as f:
+            f.write(os.urandom(1 << 20) * (STREAM_BYTES >> 20))
         up = start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
         B.wait_port(up_port, up)
         upstream_pids = lambda: [up.pid] + B.children(up.pid)
@@ -309,6 +361,8 @@ def main(argv):
                           tuple(statistics.median(s[i] for s in per_round) for i in range(3))))
         gateways = [t for t in targets if not t.name.startswith("nginx")]
         hwm = {t.name: B.proc_status_kib(t.proc.pid, "VmHWM") for t in gateways}
+        if STREAM in args.scenarios.split(","):
+            stream_rounds(args, [t for t in targets if len(t.ports) == 1], results)
         if args.perf:
             profile(args, tmp, g1, upstream_pids)
         for t in gateways:
@@ -319,6 +373,8 @@ def main(argv):
         cmd = os.environ.get("BENCH_CMD", "scripts/bench http " + " ".join(argv))
         print(bench_report.report(args, results, [(t.name, t.base) for t in targets], fsync, hwm,
                                   filled, load0, load1, cmd))
+        if (STREAM, "nginx") in results:
+            print("\n".join(stream_table(args, results, [t.name for t in targets])))
         return 0
     finally:
         procs.stop_all()

@@ -295,5 +295,39 @@ TEST(RequestParser, ErrorDetailIsPrintableAscii) {
   }
 }
 
+// Body decided per request (passthrough streams): Feed holds after the headers; the limit comes
+// with DecideBody, and a sink then gets the decoded pieces instead of request().body.
+TEST(RequestParser, DecideBodyHoldsAtHeadersThenStreamsPieces) {
+  RequestParser parser(4, 64 << 10);  // a 4-byte default limit the streamed body ignores
+  parser.set_decide_body(true);
+  std::string raw =
+      "POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\nGET / HTTP/1.1\r\n";
+  size_t used = parser.Feed(raw.data(), raw.size());
+  ASSERT_TRUE(parser.headers_complete());
+  EXPECT_FALSE(parser.body_decided());
+  EXPECT_EQ(raw.substr(used, 3), "5\r\n");  // held right after the header section
+  EXPECT_TRUE(parser.request().chunked);
+  std::string pieces;
+  ASSERT_TRUE(parser.DecideBody(0, [&](std::string_view p) { pieces.append(p).append("|"); }));
+  used += parser.Feed(raw.data() + used, raw.size() - used);
+  ASSERT_TRUE(parser.message_complete()) << parser.error_detail();
+  EXPECT_EQ(pieces, "hello| world|");
+  EXPECT_EQ(raw.substr(used), "GET / HTTP/1.1\r\n");  // the next request stays
+  EXPECT_TRUE(parser.TakeRequest().body.empty());
+  EXPECT_FALSE(parser.body_decided());  // decided again for the next request
+}
+
+TEST(RequestParser, DecideBodyChecksContentLengthAgainstTheLimitGiven) {
+  RequestParser parser(1 << 20, 64 << 10);
+  parser.set_decide_body(true);
+  std::string raw = "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n";
+  parser.Feed(raw.data(), raw.size());
+  ASSERT_TRUE(parser.headers_complete());
+  EXPECT_EQ(parser.request().content_length, 10);
+  EXPECT_FALSE(parser.DecideBody(9, nullptr));
+  EXPECT_EQ(parser.error(), ParseError::kBodyTooLarge);
+}
+
 }  // namespace
 }  // namespace idemgate

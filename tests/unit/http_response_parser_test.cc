@@ -289,5 +289,28 @@ TEST(ResponseParser, BytesAfterAnInterimResponseAreScannedWhateverTheSplit) {
   EXPECT_EQ(whole.error, ParseError::kMalformed);
 }
 
+// A streamed response: Feed holds after the head (TakeHead gives it, with its framing), then the
+// body goes to the sink piece by piece with no limit of its own beyond the parser's.
+TEST(ResponseParser, StreamedResponseGivesTheHeadThenPieces) {
+  ResponseParser parser(UINT64_MAX);
+  std::string pieces;
+  parser.Begin(false, [&](std::string_view p) { pieces.append(p).append("|"); });
+  std::string raw =
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+  size_t used = parser.Feed(raw.data(), raw.size());
+  ASSERT_TRUE(parser.headers_complete()) << parser.error_detail();
+  EXPECT_TRUE(pieces.empty());
+  Response head = parser.TakeHead();
+  EXPECT_EQ(head.status, 200);
+  EXPECT_TRUE(head.chunked);
+  EXPECT_EQ(head.content_length, -1);
+  used += parser.Feed(raw.data() + used, raw.size() - used);
+  EXPECT_EQ(used, raw.size());
+  ASSERT_TRUE(parser.message_complete());
+  EXPECT_EQ(pieces, "abc|de|");
+  EXPECT_TRUE(parser.TakeResponse().body.empty());
+}
+
 }  // namespace
 }  // namespace idemgate
