@@ -53,9 +53,27 @@ void CheckLeaseAndTtl(const Context& ctx, const SectionReader& idem, const Secti
   }
 }
 
+// SPEC §10: wait <= max_wait <= lease. An unset max_wait follows a shorter lease (the default
+// 30s must not refuse a file that only shortened the lease); set explicitly, it is checked.
+void CheckWait(const SectionReader& idem, Config* config) {
+  using conf::FormatDurationMs;
+  auto& id = config->idempotency;
+  if (!idem.Has("max_wait")) id.max_wait_ms = std::min(id.max_wait_ms, id.lease_ms);
+  if (id.max_wait_ms > id.lease_ms) {
+    idem.Fail("max_wait", "(" + FormatDurationMs(id.max_wait_ms) +
+                              ") must not be longer than idempotency.lease (" +
+                              FormatDurationMs(id.lease_ms) + ")");
+  }
+  if (id.wait_ms > id.max_wait_ms) {
+    idem.Fail("wait", "(" + FormatDurationMs(id.wait_ms) +
+                          ") must not be longer than idempotency.max_wait (" +
+                          FormatDurationMs(id.max_wait_ms) + ")");
+  }
+}
+
 // Checks that span keys: TLS needs both files; C4 (ca_file only for https://: CheckUpstreamHost).
 void CheckAcrossKeys(const Context& ctx, const std::map<std::string_view, SectionReader>& readers,
-                     const Config& config) {
+                     Config& config) {
   const SectionReader& listen = readers.at("listen");
   if (config.listen.tls_cert.empty() != config.listen.tls_key.empty()) {
     const bool cert = !config.listen.tls_cert.empty();
@@ -64,6 +82,7 @@ void CheckAcrossKeys(const Context& ctx, const std::map<std::string_view, Sectio
                      : "is set but listen.tls_cert is not; TLS needs both");
   }
   CheckLeaseAndTtl(ctx, readers.at("idempotency"), readers.at("upstream"), config);
+  CheckWait(readers.at("idempotency"), &config);
 }
 
 constexpr std::string_view kGroupsSection = "upstreams";  // [upstreams.NAME]: named groups

@@ -66,6 +66,10 @@ struct Config {
     std::vector<std::string> require_key;          // path prefixes that must carry a key
     std::vector<std::string> fingerprint_headers;  // lower-cased
     bool takeover = true;  // C5: false = an expired attempt is answered 502, never re-executed
+    // SPEC §10: how long a duplicate that finds its key in flight waits for the first answer
+    // without Prefer: wait (0 = 409 at once), and the cap on a client's Prefer: wait (0 = off).
+    int64_t wait_ms = 0;
+    int64_t max_wait_ms = 30'000;
     // Upstream statuses answered but not stored (the claim is released: a retry executes
     // again). Set only by a route ([[routes]] no_store_statuses); none at the top level (R1).
     std::vector<int> no_store_statuses;
@@ -98,6 +102,8 @@ struct Config {
     // Bytes of answers queued for clients that have not read them yet, in total; an answer
     // past it closes its connection (a body shared by several replays counts once).
     uint64_t max_unsent_bytes = 256 << 20;
+    // Duplicates waiting for a first answer at once (SPEC §10 W3), per instance; past it, 409.
+    int64_t max_waiters = 10'000;
   } limits;
 
   struct Server {

@@ -276,6 +276,13 @@ const KeySpec kKeys[] = {
     {"idempotency", "takeover", Kind::kBool, kLive, FIELD(idempotency.takeover), 0, 0, nullptr,
      "After a lost attempt (crash or pause past its lease): true = a retry executes again; "
      "false = never twice: the retry gets a stored 502 upstream_failed (C5)."},
+    {"idempotency", "wait", Kind::kDurationOrOff, kLive, FIELD(idempotency.wait_ms), 0, kHour,
+     nullptr,
+     "How long a duplicate whose key is in flight waits for the first answer without Prefer: "
+     "wait (0s = 409 at once); at most max_wait."},
+    {"idempotency", "max_wait", Kind::kDurationOrOff, kLive, FIELD(idempotency.max_wait_ms), 0,
+     kHour, nullptr,
+     "Cap on a client's Prefer: wait=N (0s = the preference is ignored); shorter than lease."},
 
     {"scope", "header", Kind::kHeaderName, kRestart, FIELD(scope.header), 0, 0, nullptr,
      "The credential header whose value namespaces keys (never stored in clear; see secret_file)."},
@@ -325,6 +332,9 @@ const KeySpec kKeys[] = {
      64 * kGiB, nullptr,
      "Bytes of answers queued for clients that have not read them, in total; an answer past it "
      "closes its connection."},
+    {"limits", "max_waiters", Kind::kInt, kLive, FIELD(limits.max_waiters), 0, 10'000'000, nullptr,
+     "Duplicates waiting for a first answer at once (per instance); past it a duplicate gets 409 "
+     "at once."},
 
     {"server", "workers", Kind::kInt, kRestart, FIELD(server.workers), 0, 64, nullptr,
      "Worker event-loop threads: 0 = one per CPU core, otherwise 1 to 64."},

@@ -148,7 +148,7 @@ void AppendAccessLine(const AccessEntry& e, std::string* out) {
   }
   AppendField(out, "status");
   AppendInt(out, e.client_closed ? 499 : e.status);
-  if (e.client_closed) {
+  if (e.client_closed && e.status != 0) {  // 0: it had no answer (a waiter that was dropped)
     AppendField(out, "answer_status");
     AppendInt(out, e.status);
   }
@@ -171,6 +171,10 @@ void AppendAccessLine(const AccessEntry& e, std::string* out) {
   if (e.upstream_us >= 0) {
     AppendField(out, "upstream_ms");
     AppendMillis(out, e.upstream_us);
+  }
+  if (e.wait_us >= 0) {
+    AppendField(out, "wait_ms");
+    AppendMillis(out, e.wait_us);
   }
   AppendField(out, "bytes_out");
   AppendInt(out, e.client_closed ? 0 : e.bytes_out);

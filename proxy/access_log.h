@@ -34,6 +34,7 @@ struct AccessEntry {
   uint32_t attempt = 0;  // fresh and takeover only; 0 = omitted
   int64_t total_us = 0;
   int64_t upstream_us = -1;  // -1 = nothing went upstream
+  int64_t wait_us = -1;      // a duplicate's wait for a first answer (§10); -1 = did not wait
   uint64_t bytes_out = 0;
   std::string key_hash;  // empty = unguarded
   // The client went away before its answer (as nginx: logged as status 499, with the answer it

@@ -114,6 +114,11 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
     self->read_eof_ = true;
     if (self->exchange_ != nullptr) self->exchange_->ClientClosed();  // logged as 499
+    // A duplicate waiting for a first answer (SPEC §10 W3) is dropped with its client: nothing
+    // of it went upstream, and its retry replays.
+    if (self->exchange_ != nullptr && self->exchange_->phase() == Phase::kWaiting) {
+      return self->Close(CloseReason::kClientClosed);
+    }
     // A half-closed client still gets the answer to the request it completed.
     if (self->state_ == State::kIdle || self->state_ == State::kReading ||
         (self->state_ == State::kRelaying && !self->relay_.request_done)) {
@@ -210,7 +215,8 @@ void ClientConn::StartExchange() {
   exchange_->Start();  // may answer at once (SendResponse)
 }
 
-void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) {
+void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
+                              std::string_view extra_headers) {
   // This request's X-Request-Id goes back with its answer (a replay's too: not the stored one).
   const std::string request_id = exchange_ ? exchange_->request_id() : std::string();
   exchange_ = nullptr;
@@ -221,8 +227,8 @@ void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bo
                                 : http10_ ? ConnectionHeader::kKeepAlive
                                           : ConnectionHeader::kNone;
   bool send_body = false;
-  std::string head =
-      SerializeResponseHead(*response, replayed, connection, head_request_, &send_body, request_id);
+  std::string head = SerializeResponseHead(*response, replayed, connection, head_request_,
+                                           &send_body, extra_headers, request_id);
   if (!Write(std::move(head), send_body ? std::move(response) : nullptr)) {
     return Close(CloseReason::kWriteFailed);
   }

@@ -34,7 +34,8 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   // closes when the client or the gateway asked for that. The body is sent by reference (a
   // replay's is shared with every other connection sending it); when what the socket does not
   // take at once would pass limits.max_unsent_bytes, the connection is closed instead.
-  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) override;
+  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
+                    std::string_view extra_headers) override;
   // Shutdown: close now when nothing is in progress; otherwise after the current answer.
   void CloseWhenIdle();
   bool tls() const { return tls_; }

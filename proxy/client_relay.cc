@@ -277,7 +277,7 @@ void ClientConn::OnRelayDone(UpstreamResult result) {
   relay_.status = response.status;
   relay_.bytes_out = response.body.size();
   RecordRelay(false);
-  SendResponse(std::make_shared<const StoredResponse>(std::move(response)), false);
+  SendResponse(std::make_shared<const StoredResponse>(std::move(response)), false, {});
 }
 
 // The answer's last byte is queued (`clean`) or the upstream failed in the middle of it: the

@@ -13,6 +13,7 @@
 #include "proxy/replay_cache.h"
 #include "proxy/request_id.h"
 #include "proxy/routes.h"
+#include "proxy/wait_registry.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -36,10 +37,11 @@ constexpr int64_t kLeaseMarginMs = 1'000;
 bool Allowed(Phase from, Phase to) {
   switch (from) {
     case Phase::kNew:
-      return to == Phase::kClaiming || to == Phase::kForwarding || to == Phase::kDone;
+      return to == Phase::kClaiming || to == Phase::kForwarding || to == Phase::kWaiting ||
+             to == Phase::kDone;
     case Phase::kClaiming:
       return to == Phase::kForwarding || to == Phase::kCompleting || to == Phase::kReleasing ||
-             to == Phase::kDone;
+             to == Phase::kWaiting || to == Phase::kDone;
     case Phase::kForwarding:
       return to == Phase::kCompleting || to == Phase::kReleasing || to == Phase::kDone;
     case Phase::kCompleting:
@@ -48,6 +50,8 @@ bool Allowed(Phase from, Phase to) {
       return to == Phase::kCompleting || to == Phase::kDone;
     case Phase::kReleasing:
       return to == Phase::kDone;
+    case Phase::kWaiting:  // looks again: a replay (Done), or a claim
+      return to == Phase::kClaiming || to == Phase::kDone;
     case Phase::kDone:
       return false;
   }
@@ -91,6 +95,8 @@ const char* PhaseName(Phase phase) {
       return "backoff";
     case Phase::kReleasing:
       return "releasing";
+    case Phase::kWaiting:
+      return "waiting";
     case Phase::kDone:
       return "done";
   }
@@ -142,6 +148,7 @@ void Exchange::Start() {
       outcome_ = Outcome::kRejected;
       return RespondError(guard_.error, guard_.detail);
     case GuardKind::kGuarded:
+      wait_key_ = MakeRecordKey(guard_.scope, guard_.key);
       if (!FastPath()) Claim();
       return;
   }
@@ -150,6 +157,8 @@ void Exchange::Start() {
 // A read that never waits for the writer: the outcomes that write nothing (replay, in flight,
 // mismatch) are judged by the same table the store's claim uses (JudgeRecord).
 bool Exchange::FastPath() {
+  // Before any read: a completion or release from now on is seen by a wait that starts later.
+  wait_epoch_ = env_->waits().Epoch(wait_key_);
   if (ReplayCache* cache = env_->replay_cache()) {
     std::optional<CachedReplay> hit = cache->Find(guard_.scope, guard_.key, env_->clock().NowMs());
     if (hit && hit->fingerprint != guard_.fingerprint) {
@@ -159,6 +168,7 @@ bool Exchange::FastPath() {
     }
     if (hit) {
       outcome_ = Outcome::kReplay;
+      replay_stored_ms_ = hit->stored_ms;
       RespondShared(std::move(hit->response), true);
       return true;
     }
@@ -174,11 +184,11 @@ bool Exchange::FastPath() {
       return true;
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
+      replay_stored_ms_ = StoredAtMs(found.record);
       RespondShared(ShareReplay(std::move(found.record)), true);
       return true;
     case ClaimOutcome::kInFlight:
-      outcome_ = Outcome::kInFlight;
-      RespondInUse(verdict.retry_after_s);
+      OnInFlight(verdict.retry_after_s, found.record.lease_until_ms);
       return true;
     case ClaimOutcome::kFresh:
     case ClaimOutcome::kTakeover:
@@ -229,10 +239,10 @@ void Exchange::OnClaim(ClaimResult result) {
     }
     case ClaimOutcome::kReplay:
       outcome_ = Outcome::kReplay;
+      replay_stored_ms_ = StoredAtMs(result.record);
       return RespondShared(ShareReplay(std::move(result.record)), true);
     case ClaimOutcome::kInFlight:
-      outcome_ = Outcome::kInFlight;
-      return RespondInUse(result.retry_after_s);
+      return OnInFlight(result.retry_after_s, result.record.lease_until_ms);
     case ClaimOutcome::kMismatch:
       outcome_ = Outcome::kMismatch;
       return RespondMismatch(result.record.fingerprint);
@@ -346,7 +356,10 @@ void Exchange::SendComplete() {
 }
 
 void Exchange::OnComplete(const StoreStatus& status) {
-  if (status.ok()) return Respond(std::move(pending_), false);
+  if (status.ok()) {
+    NotifyWaiters();  // W2: durable now; every waiter replays it
+    return Respond(std::move(pending_), false);
+  }
   error_.reset();  // the upstream's error (if any) is not what the client gets
   error_detail_ = status.message;
   if (status.code == StoreCode::kStaleClaim) {
@@ -393,32 +406,11 @@ void Exchange::OnReleased(const StoreStatus& status) {
                          "releasing a claim failed: %s (request_id=%s)", status.message.c_str(),
                          request_id_.c_str());
     if (error_detail_.empty()) error_detail_ = status.message;
+  } else {
+    NotifyWaiters();  // W2: a waiter claims again, and may become the next attempt
   }
   if (answer_pending_) return Respond(std::move(pending_), false);
   RespondError(release_code_, release_detail_);
-}
-
-void Exchange::OnShutdown() {
-  shutting_down_ = true;
-  if (phase_ != Phase::kBackoff) return;
-  retry_timer_->Cancel();
-  SetPhase(Phase::kCompleting);  // the retry that will not come: settle as a final failure
-  OnComplete({StoreCode::kShutdown, "the gateway shut down while the store was failing"});
-}
-
-void Exchange::AnswerNow() {
-  if (answered_) return;
-  outcome_ = OwnsClaim() ? outcome_ : Outcome::kRejected;
-  error_ = ErrorCode::kStoreUnavailable;
-  error_detail_ = std::string("the gateway stopped while ") + PhaseName(phase_);
-  auto response =
-      std::make_shared<const StoredResponse>(MakeErrorResponse(ErrorCode::kStoreUnavailable));
-  status_ = response->status;
-  bytes_out_ = response->body.size();
-  answered_ = true;
-  RecordFinished();
-  if (sink_) sink_->SendResponse(std::move(response), false);
-  sink_ = nullptr;
 }
 
 void Exchange::RespondInUse(int64_t retry_after_s) {
@@ -458,7 +450,7 @@ void Exchange::RespondShared(std::shared_ptr<const StoredResponse> response, boo
     status_ = response->status;
     bytes_out_ = response->body.size();
     RecordFinished();
-    if (sink_) sink_->SendResponse(std::move(response), replayed);
+    if (sink_) sink_->SendResponse(std::move(response), replayed, AnswerHeaders(replayed));
     sink_ = nullptr;
   }
   SetPhase(Phase::kDone);
@@ -479,6 +471,13 @@ void Exchange::RecordFinished() {
   sample.upstream_error = upstream_error_kind_;
   sample.total_us = total_us;
   sample.upstream_us = upstream_us_;
+  if (waited_us_ >= 0 && wait_end_ == WaitEnd::kNone) {
+    wait_end_ = outcome_ == Outcome::kReplay     ? WaitEnd::kReplayed
+                : outcome_ == Outcome::kInFlight ? WaitEnd::kTimedOut
+                                                 : WaitEnd::kClaimed;
+  }
+  sample.wait_end = wait_end_;
+  sample.wait_us = waited_us_;
   if (!env_->WantsAccessEntry()) return env_->RecordExchange(sample, nullptr);
   AccessEntry entry;
   entry.time = std::chrono::system_clock::now();
@@ -493,6 +492,7 @@ void Exchange::RecordFinished() {
   entry.attempt = OwnsClaim() ? token_.attempt : 0;
   entry.total_us = total_us;
   entry.upstream_us = upstream_us_;
+  entry.wait_us = waited_us_;
   entry.bytes_out = bytes_out_;
   entry.client_closed = client_closed_ || sink_ == nullptr;  // the client went first
   if (guard_.kind == GuardKind::kGuarded) entry.key_hash = KeyHash(guard_.scope, guard_.key);

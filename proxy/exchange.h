@@ -1,5 +1,6 @@
 // The life of one request as an explicit state machine: Start (route, guard, fast replay) ->
-// Claiming -> Forwarding -> Completing (-> Backoff -> Completing) or Releasing -> Done.
+// Claiming -> Forwarding -> Completing (-> Backoff -> Completing) or Releasing -> Done. A
+// duplicate that finds its key in flight may wait (Waiting) and then look again (SPEC §10).
 // An exchange outlives its client connection: once a request went upstream its result is stored
 // even if the client has gone. It is freed only in Done, when nothing of it is outstanding, so a
 // late store or upstream callback never reaches a freed object (README "Life of a request").
@@ -44,9 +45,25 @@ enum class Phase {
   kCompleting,  // waiting for the store's Complete (the result being made durable)
   kBackoff,     // waiting for the timer that retries a failed Complete
   kReleasing,   // waiting for the store's Release (nothing went upstream)
+  kWaiting,     // a duplicate waiting for the owner's answer, a release or the lease's end (§10)
   kDone,        // answered, nothing outstanding: handed back to be freed
 };
 const char* PhaseName(Phase phase);
+
+// How a duplicate's wait for the first answer ended (SPEC §10), for metrics.
+enum class WaitEnd {
+  kNone,        // did not wait
+  kReplayed,    // the owner's answer came: replayed
+  kClaimed,     // the key was released or its lease ran out: claimed again (ran, or was judged)
+  kTimedOut,    // the wait ran out: 409
+  kClientGone,  // the client went away while waiting
+  kShutdown,    // the gateway shut down: 409
+};
+inline constexpr size_t kWaitEndCount = static_cast<size_t>(WaitEnd::kShutdown) + 1;
+const char* WaitEndName(WaitEnd end);
+
+// RFC 7240: the seconds of a `Prefer: wait=N` among the request's headers; -1 when absent.
+int64_t ParsePreferWait(const Headers& headers);
 
 class Exchange {
  public:
@@ -57,14 +74,17 @@ class Exchange {
   Exchange& operator=(const Exchange&) = delete;
 
   void Start();
-  // The client connection is gone; the exchange still runs to its end, storing its result.
-  void DetachClient() { sink_ = nullptr; }
+  // The client connection is gone; the exchange still runs to its end, storing its result. A
+  // waiting duplicate ends here (nothing of it remains).
+  void DetachClient();
   // The client closed its side (EOF) before the answer: logged as 499 (the answer is still
   // written, for a client that only half-closed, and stored for a guarded request's retry).
   void ClientClosed() { client_closed_ = true; }
   // Shutdown: an attempt waiting to retry its Complete gives up (the store is failing); every
   // other phase finishes (the worker cuts upstream calls, and store operations are short).
   void OnShutdown();
+  // Shutdown begins: a waiting duplicate gets its 409 now (W3), and no new wait starts.
+  void OnDrain();
   // The last resort at a hard stop: answer now (503) if not answered yet, and detach. What is
   // outstanding still finishes into this object if the loop runs again; nothing is freed here.
   void AnswerNow();
@@ -96,6 +116,16 @@ class Exchange {
   void OnReleased(const StoreStatus& status);
   int64_t LeaseMarginMs() const;
 
+  // Waiting (exchange_wait.cc). The key is in flight with a live lease: wait, or 409.
+  void OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms);
+  void PlanWait();
+  void OnWaitOver(bool woken);
+  void OnPolled(LookupResult found);
+  void StopWaiting();
+  // This attempt's key was completed or released: wake its waiters in this process.
+  void NotifyWaiters();
+  // The answer's own header lines: Age on a replay (R6), Preference-Applied (§10).
+  std::string AnswerHeaders(bool replayed) const;
   // The answer: sent once, counted and logged before it leaves. It ends the exchange unless an
   // operation is still outstanding (then Done comes when it finishes).
   void RespondInUse(int64_t retry_after_s);
@@ -144,6 +174,22 @@ class Exchange {
   int64_t upstream_started_us_ = 0;
   int64_t upstream_us_ = -1;
   size_t bytes_out_ = 0;
+
+  TimeMs replay_stored_ms_ = 0;  // a replay: when its response was stored (R6: Age)
+  // Waiting (SPEC §10): decided once, from the request's arrival (PlanWait).
+  std::shared_ptr<Exchange*> self_;  // wakes posted to the loop check it is still alive
+  bool wait_planned_ = false;
+  int64_t wait_deadline_us_ = 0;
+  int64_t preference_applied_s_ = -1;  // Preference-Applied: wait=N; -1 = not used
+  int64_t last_retry_after_s_ = 1;
+  int64_t wait_started_us_ = 0;  // 0: not waiting now
+  int64_t waited_us_ = -1;       // -1: never waited
+  int64_t poll_ms_ = 50;         // a shared store: the next poll, doubling (W4)
+  uint64_t wait_epoch_ = 0;      // the registry's epoch for the key, read before the last read
+  uint64_t wait_id_ = 0;
+  std::string wait_key_;
+  std::unique_ptr<LoopTimer> wait_timer_;
+  WaitEnd wait_end_ = WaitEnd::kNone;
 };
 
 }  // namespace idemgate

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "proxy/upstream.h"
 #include "store/clock.h"
@@ -16,6 +17,7 @@ namespace idemgate {
 
 class Exchange;
 class ReplayCache;
+class WaitRegistry;
 struct AccessEntry;
 struct ExchangeSample;
 enum class StoreOp;
@@ -25,7 +27,10 @@ class ResponseSink {
  public:
   virtual ~ResponseSink() = default;
   // The response may be shared with other answers (a cached replay): it is never modified.
-  virtual void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) = 0;
+  // `extra_headers`: header lines ("Name: value\r\n") of this answer only (Age, R6;
+  // Preference-Applied, §10), sent after the stored ones.
+  virtual void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
+                            std::string_view extra_headers) = 0;
 };
 
 // A one-shot timer on the exchange's loop. Destroying it disarms it.
@@ -50,6 +55,10 @@ class ExchangeEnv {
   virtual Store& store() = 0;
   // Completed records' responses, shared by every replay (may be null: no cache).
   virtual ReplayCache* replay_cache() = 0;
+  // The process's waiting duplicates (SPEC §10), shared by every loop.
+  virtual WaitRegistry& waits() = 0;
+  // The gateway is shutting down: no new waits (a duplicate gets its 409 at once).
+  virtual bool draining() const = 0;
 
   // Sends a serialized request upstream; `done` runs later on the loop, exactly once.
   virtual void SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,

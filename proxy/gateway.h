@@ -19,6 +19,7 @@ class AccessLog;
 class Metrics;
 class ReplayCache;
 class UnsentBudget;
+class WaitRegistry;
 
 struct Gateway {
   Store* store = nullptr;
@@ -34,6 +35,8 @@ struct Gateway {
   ReplayCache* replay_cache = nullptr;
   // The memory held by unsent answers (limits.max_unsent_bytes); may be null.
   UnsentBudget* unsent = nullptr;
+  // Duplicates waiting for a first answer, in every worker (SPEC §10). Never null in service.
+  WaitRegistry* waits = nullptr;
   // Client connections open in every worker (limits.max_connections).
   std::atomic<int64_t> open_connections{0};
 

@@ -246,6 +246,9 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
     // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
     // replay never carries the first request's.
     if (HeaderNameEquals(h.name, "X-Request-Id")) continue;
+    // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
+    // not stored.
+    if (HeaderNameEquals(h.name, "Age")) continue;
     stored.headers.emplace_back(h.name, h.value);
   }
   stored.body = response.body;
@@ -256,15 +259,15 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed,
                               ConnectionHeader connection, bool head_request,
                               std::string_view request_id) {
   bool send_body = false;
-  std::string out =
-      SerializeResponseHead(response, replayed, connection, head_request, &send_body, request_id);
+  std::string out = SerializeResponseHead(response, replayed, connection, head_request, &send_body,
+                                          {}, request_id);
   if (send_body) out.append(response.body);
   return out;
 }
 
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
                                   ConnectionHeader connection, bool head_request, bool* send_body,
-                                  std::string_view request_id) {
+                                  std::string_view extra_headers, std::string_view request_id) {
   std::string out;
   out.reserve(256);
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
@@ -280,6 +283,7 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
   }
   if (!request_id.empty()) AppendHeader(&out, "X-Request-Id", request_id);
   if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
+  out.append(extra_headers);
   const bool no_body_status =
       (response.status >= 100 && response.status < 200) || response.status == 204 ||
       response.status == 304;

@@ -123,8 +123,10 @@ std::string SerializeResponse(const StoredResponse& response, bool replayed,
                               std::string_view request_id = {});
 // The same bytes up to and including the blank line; *send_body tells whether response.body
 // follows them (so a caller can send the body without copying it).
+// `extra_headers`: ready header lines of this answer only, sent after Idempotent-Replayed.
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
                                   ConnectionHeader connection, bool head_request, bool* send_body,
+                                  std::string_view extra_headers = {},
                                   std::string_view request_id = {});
 
 // The head of a streamed (passthrough) answer: status line, `response`'s headers (from

@@ -30,6 +30,7 @@
 #include "proxy/metrics.h"
 #include "proxy/ops_metrics.h"
 #include "proxy/replay_cache.h"
+#include "proxy/wait_registry.h"
 #include "proxy/worker.h"
 #include "store/store_backup.h"
 #include "store/store_factory.h"
@@ -145,6 +146,8 @@ class Server {
       gateway_.replay_cache = &replay_cache_;
     }
     gateway_.unsent = &unsent_;
+    gateway_.waits = &waits_;
+    metrics_->SetWaitersSource([waits = &waits_] { return waits->size(); });
     metrics_->SetUnsentBytesSource([unsent = &unsent_] { return unsent->bytes(); });
     gateway_.clock = &clock_;
     if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
@@ -324,6 +327,7 @@ class Server {
   std::unique_ptr<Store> caching_store_;  // over store_: a delete evicts from replay_cache_
   ReplayCache replay_cache_{kReplayCacheBytes};
   UnsentBudget unsent_;  // outlives the workers: their buffers hold its charges
+  WaitRegistry waits_;   // outlives the workers: their waiting exchanges are listed in it
   std::unique_ptr<AccessLog> access_log_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<AdminServer> admin_;

@@ -127,6 +127,7 @@ bool CanBeRejected(ErrorCode code) {
 
 MetricsShard::MetricsShard()
     : upstream_latency_(RequestBoundsUs()),
+      wait_latency_(RequestBoundsUs()),
       store_latency_{Histogram(StoreBoundsUs()), Histogram(StoreBoundsUs()),
                      Histogram(StoreBoundsUs())} {
   for (size_t i = 0; i < kOutcomeCount; ++i) request_latency_.emplace_back(RequestBoundsUs());
@@ -147,6 +148,10 @@ void MetricsShard::RecordExchange(const ExchangeSample& s) {
   request_latency_[static_cast<size_t>(s.outcome)].Observe(
       static_cast<uint64_t>(std::max<int64_t>(0, s.total_us)));
   if (s.upstream_us >= 0) upstream_latency_.Observe(static_cast<uint64_t>(s.upstream_us));
+  if (s.wait_end != WaitEnd::kNone) {
+    Inc(waits_[static_cast<size_t>(s.wait_end)]);
+    wait_latency_.Observe(static_cast<uint64_t>(std::max<int64_t>(0, s.wait_us)));
+  }
 }
 
 void MetricsShard::RecordStoreOp(StoreOp op, int64_t micros) {
@@ -284,6 +289,28 @@ void Metrics::RenderGauges(MetricsWriter* w) const {
   w->Sample("idemgate_backup_last_written_timestamp_seconds", "",
             static_cast<uint64_t>(last_backup_ms_.load(std::memory_order_relaxed) / 1000));
   RenderConnectionLimits(w);
+  RenderWaits(w);
+}
+
+// SPEC §10: duplicates waiting now, how their waits ended, and how long they were.
+void Metrics::RenderWaits(MetricsWriter* w) const {
+  w->Family("idemgate_waiters", "gauge",
+            "Duplicates waiting now for the first answer of their key (limits.max_waiters).");
+  w->Sample("idemgate_waiters", "", waiters_ ? waiters_() : 0);
+  auto waits = SumArray<kWaitEndCount>(
+      shards_, [](auto& s) -> auto& { return s.waits_; });
+  w->Family("idemgate_waits_total", "counter",
+            "Duplicates that waited for a first answer, by how the wait ended.");
+  for (size_t i = 1; i < kWaitEndCount; ++i) {
+    w->Sample("idemgate_waits_total", Label("end", WaitEndName(static_cast<WaitEnd>(i))), waits[i]);
+  }
+  w->Family("idemgate_wait_duration_seconds", "histogram",
+            "Time a duplicate waited for the first answer of its key.");
+  std::vector<uint64_t> counts;
+  uint64_t sum = 0;
+  for (const auto& shard : shards_) shard->wait_latency_.AddTo(&counts, &sum);
+  w->HistogramSamples("idemgate_wait_duration_seconds", "", shards_[0]->wait_latency_.bounds(),
+                      counts, sum, 1e-6);
 }
 
 const char* CloseReasonName(CloseReason reason) {

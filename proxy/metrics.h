@@ -55,7 +55,9 @@ struct ExchangeSample {
   int upstream_status = 0;         // 0: no upstream response
   std::optional<UpstreamError> upstream_error;
   int64_t total_us = 0;
-  int64_t upstream_us = -1;  // -1: nothing went upstream
+  int64_t upstream_us = -1;           // -1: nothing went upstream
+  WaitEnd wait_end = WaitEnd::kNone;  // a duplicate that waited for a first answer (§10)
+  int64_t wait_us = -1;               // -1: did not wait
 };
 
 // Why a client connection was closed (every close carries one).
@@ -103,6 +105,8 @@ class MetricsShard {
   std::atomic<uint64_t> answers_dropped_{0};
   std::deque<Histogram> request_latency_;  // by Outcome (a deque: Histogram does not move)
   Histogram upstream_latency_;
+  std::array<std::atomic<uint64_t>, kWaitEndCount> waits_{};  // §10: by WaitEnd (kNone unused)
+  Histogram wait_latency_;
   std::array<Histogram, kStoreOpCount> store_latency_;  // by StoreOp
 };
 
@@ -125,6 +129,7 @@ class Metrics {
     (written ? backups_written_ : backups_failed_).fetch_add(1, std::memory_order_relaxed);
     if (written) last_backup_ms_.store(unix_ms, std::memory_order_relaxed);
   }
+  void SetWaitersSource(std::function<uint64_t()> fn) { waiters_ = std::move(fn); }
 
   // The Prometheus text exposition format, version 0.0.4.
   std::string Render() const;
@@ -133,6 +138,7 @@ class Metrics {
   void RenderHistograms(MetricsWriter* w) const;
   void RenderGauges(MetricsWriter* w) const;
   void RenderConnectionLimits(MetricsWriter* w) const;
+  void RenderWaits(MetricsWriter* w) const;
 
   std::vector<std::unique_ptr<MetricsShard>> shards_;
   Histogram batch_size_;
@@ -143,6 +149,7 @@ class Metrics {
   std::atomic<uint64_t> backups_written_{0};
   std::atomic<uint64_t> backups_failed_{0};
   std::atomic<int64_t> last_backup_ms_{0};  // 0: none written since start
+  std::function<uint64_t()> waiters_;
 };
 
 inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";

@@ -42,7 +42,8 @@ std::shared_ptr<const StoredResponse> ReplayCache::Keep(const ScopeId& scope, st
     if (it->second->replay.fingerprint == record.fingerprint) return it->second->replay.response;
     EraseLocked(record_key);
   }
-  lru_.push_front(Entry{record_key, {record.fingerprint, record.expires_ms, response}, bytes});
+  lru_.push_front(Entry{
+      record_key, {record.fingerprint, record.expires_ms, response, StoredAtMs(record)}, bytes});
   index_[record_key] = lru_.begin();
   bytes_ += bytes;
   while (bytes_ > capacity_ && !lru_.empty()) EraseLocked(lru_.back().key);

@@ -21,6 +21,7 @@ struct CachedReplay {
   Fingerprint fingerprint{};
   TimeMs expires_ms = 0;
   std::shared_ptr<const StoredResponse> response;
+  TimeMs stored_ms = 0;  // when the response was stored (R6: Age); 0 = not known
 };
 
 // Thread-safe LRU of completed records, bounded in bytes (bodies, headers and keys).

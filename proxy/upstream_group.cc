@@ -28,21 +28,20 @@ std::string Label(const Server& server) {
 }  // namespace
 
 struct UpstreamGroup::Call final : StreamCall, std::enable_shared_from_this<Call> {
+  UpstreamGroup* group = nullptr;
   std::string request;
   bool head = false;
   UpstreamLimits limits;
   UpstreamCallback done;
-  std::vector<size_t> order;  // servers to try, best first; each at most once
-  size_t next = 0;
+  size_t start = 0;           // the round-robin position it started from
+  size_t index = 0;           // the server trying it now
+  std::vector<size_t> tried;  // servers that refused it (nothing sent), each tried once
   // A streamed call: the server's call in progress, and what the client end did so far.
-  UpstreamGroup* group = nullptr;
   StreamReceiver* receiver = nullptr;
   StreamCall* conn = nullptr;
-  size_t server = 0;
   bool ended = false;
 
-  void WriteBody(std::string_view prefix, std::string_view data,
-                 std::string_view suffix) override {
+  void WriteBody(std::string_view prefix, std::string_view data, std::string_view suffix) override {
     if (conn != nullptr) conn->WriteBody(prefix, data, suffix);
   }
   void EndBody() override {
@@ -58,14 +57,19 @@ struct UpstreamGroup::Call final : StreamCall, std::enable_shared_from_this<Call
     StreamCall* current = conn;
     conn = nullptr;
     if (current == nullptr) return;
-    --group->servers_[server].in_flight;
+    --group->servers_[index].in_flight;
     current->Cancel();
   }
 };
 
 UpstreamGroup::UpstreamGroup(event_base* base, std::string name, const Config::Upstream& config,
                              SSL_CTX* tls, Poster post)
-    : base_(base), name_(std::move(name)), config_(config), tls_(tls), post_(std::move(post)) {}
+    : base_(base),
+      name_(std::move(name)),
+      config_(config),
+      tls_(tls),
+      post_(std::move(post)),
+      least_conn_(config.balance == "least_conn") {}
 
 UpstreamGroup::~UpstreamGroup() {
   if (resolver_.joinable()) resolver_.join();
@@ -144,46 +148,54 @@ bool UpstreamGroup::Up(const Server& server, SteadyClock::time_point now) const 
   return !server.gone && !server.health_down && now >= server.out_until;
 }
 
+// As Up, reading the clock only for a server that was taken out (the common case reads none).
+bool UpstreamGroup::UpNow(const Server& server) const {
+  if (server.out_until == SteadyClock::time_point{}) return !server.gone && !server.health_down;
+  return Up(server, SteadyClock::now());
+}
+
 size_t UpstreamGroup::servers_up() const {
   const SteadyClock::time_point now = SteadyClock::now();
   return std::count_if(servers_.begin(), servers_.end(),
                        [&](const Server& s) { return Up(s, now); });
 }
 
-// The servers that are up, in balance order, then those taken out, soonest back first: when
-// every server is out, a call still tries them rather than fail without trying.
-std::vector<size_t> UpstreamGroup::Order() {
-  const SteadyClock::time_point now = SteadyClock::now();
+// The server for a call's next try, SIZE_MAX when every server was tried: the first one up from
+// the round-robin position (least_conn: the one up with the fewest calls in progress), else one
+// taken out, soonest back first: when every server is out, a call still tries them rather than
+// fail without trying. No allocation: this runs for every call.
+size_t UpstreamGroup::Pick(size_t start, const std::vector<size_t>& tried) const {
   const size_t n = servers_.size();
-  const size_t start = next_++ % n;
-  std::vector<size_t> up, out;
+  size_t best_up = SIZE_MAX, best_out = SIZE_MAX;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
-    if (!servers_[i].gone) (Up(servers_[i], now) ? up : out).push_back(i);
+    const Server& s = servers_[i];
+    if (s.gone || std::find(tried.begin(), tried.end(), i) != tried.end()) continue;
+    if (UpNow(s)) {
+      if (!least_conn_) return i;
+      if (best_up == SIZE_MAX || s.in_flight < servers_[best_up].in_flight) best_up = i;
+    } else if (best_out == SIZE_MAX) {
+      best_out = i;
+    } else {
+      const Server& b = servers_[best_out];
+      if (s.health_down != b.health_down ? !s.health_down : s.out_until < b.out_until) {
+        best_out = i;
+      }
+    }
   }
-  if (config_.balance == "least_conn") {
-    std::stable_sort(up.begin(), up.end(), [&](size_t a, size_t b) {
-      return servers_[a].in_flight < servers_[b].in_flight;
-    });
-  }
-  std::stable_sort(out.begin(), out.end(), [&](size_t a, size_t b) {
-    const Server& x = servers_[a];
-    const Server& y = servers_[b];
-    if (x.health_down != y.health_down) return !x.health_down;
-    return x.out_until < y.out_until;
-  });
-  up.insert(up.end(), out.begin(), out.end());
-  return up;
+  return best_up != SIZE_MAX ? best_up : best_out;
 }
 
 void UpstreamGroup::Send(std::string request, bool head_request, const UpstreamLimits& limits,
                          UpstreamCallback done) {
   auto call = std::make_shared<Call>();
+  call->group = this;
   call->request = std::move(request);
   call->head = head_request;
   call->limits = limits;
   call->done = std::move(done);
-  call->order = Order();
+  call->start = next_++;
+  call->index = Pick(call->start, call->tried);
   Try(std::move(call));
 }
 
@@ -191,57 +203,61 @@ StreamCall* UpstreamGroup::SendStream(std::string head, bool head_request,
                                       const UpstreamLimits& limits, StreamReceiver* receiver,
                                       UpstreamCallback done) {
   auto call = std::make_shared<Call>();
+  call->group = this;
   call->request = std::move(head);
   call->head = head_request;
   call->limits = limits;
   call->done = std::move(done);
-  call->order = Order();
-  call->group = this;
   call->receiver = receiver;
+  call->start = next_++;
+  call->index = Pick(call->start, call->tried);
   StreamCall* handle = call.get();
   Try(std::move(call));
   return handle;
 }
 
+// The callback holds only the call's shared_ptr, small enough for std::function's own storage.
 void UpstreamGroup::Try(std::shared_ptr<Call> call) {
-  const size_t index = call->order[call->next++];
-  Server& server = servers_[index];
+  Server& server = servers_[call->index];
   ++server.in_flight;
-  if (call->receiver != nullptr) {
-    call->server = index;
-    Call* raw = call.get();
-    raw->conn = server.pool->SendStream(
+  UpstreamPool* pool = server.pool.get();
+  Call* raw = call.get();
+  if (raw->receiver != nullptr) {
+    raw->conn = pool->SendStream(
         std::move(raw->request), raw->head, raw->limits, raw->receiver,
-        [this, call, index](UpstreamResult result) { OnResult(call, index, std::move(result)); });
+        [call](UpstreamResult result) { call->group->OnResult(call, std::move(result)); });
     if (raw->ended) raw->conn->EndBody();
     return;
   }
-  server.pool->Send(
-      std::move(call->request), call->head, call->limits,
-      [this, call, index](UpstreamResult result) { OnResult(call, index, std::move(result)); });
+  std::string request = std::move(raw->request);
+  pool->Send(std::move(request), raw->head, raw->limits,
+             [call](UpstreamResult result) { call->group->OnResult(call, std::move(result)); });
 }
 
-void UpstreamGroup::OnResult(std::shared_ptr<Call> call, size_t index, UpstreamResult result) {
+void UpstreamGroup::OnResult(std::shared_ptr<Call> call, UpstreamResult result) {
+  const size_t index = call->index;
   --servers_[index].in_flight;
   call->conn = nullptr;  // that server's call is over (a retry makes another)
   if (result.error != UpstreamError::kUnavailable) {
     // The server answered, or the request reached it (a reset, a timeout): it takes connections.
-    if (servers_[index].out_until != SteadyClock::time_point{})
+    if (servers_[index].out_until != SteadyClock::time_point{}) {
       BringBack(index, "a call reached it");
+    }
     return call->done(std::move(result));
   }
   // Nothing was sent (R3): the server is taken out, and another one may take the request.
   if (aborting_) return call->done(std::move(result));
   TakeOut(index, result.detail);
-  const bool time_left = SteadyClock::now() < call->limits.deadline;
-  if (call->next >= call->order.size() || !time_left) {
+  call->tried.push_back(index);
+  const size_t next = Pick(call->start, call->tried);
+  if (next == SIZE_MAX || SteadyClock::now() >= call->limits.deadline) {
     if (servers_.size() > 1) {
-      result.detail =
-          "no server of the group could be reached; last: " + Label(servers_[index]) + ": " +
-          result.detail;
+      result.detail = "no server of the group could be reached; last: " + Label(servers_[index]) +
+                      ": " + result.detail;
     }
     return call->done(std::move(result));
   }
+  call->index = next;
   call->request = std::move(result.unsent_request);
   Try(std::move(call));
 }

@@ -74,9 +74,10 @@ class UpstreamGroup {
   struct Call;
 
   bool Up(const Server& server, std::chrono::steady_clock::time_point now) const;
-  std::vector<size_t> Order();
+  bool UpNow(const Server& server) const;
+  size_t Pick(size_t start, const std::vector<size_t>& tried) const;
   void Try(std::shared_ptr<Call> call);
-  void OnResult(std::shared_ptr<Call> call, size_t index, UpstreamResult result);
+  void OnResult(std::shared_ptr<Call> call, UpstreamResult result);
   void TakeOut(size_t index, const std::string& why);
   void BringBack(size_t index, const char* how);
   void CheckHealth();
@@ -96,6 +97,7 @@ class UpstreamGroup {
   Config::Upstream config_;
   SSL_CTX* tls_;
   Poster post_;
+  bool least_conn_;
   std::vector<Server> servers_;
   size_t next_ = 0;  // round robin position
   bool aborting_ = false;

@@ -385,6 +385,12 @@ void Worker::BeginDrain() {
   std::vector<ClientConn*> conns;
   for (auto& [raw, owned] : conns_) conns.push_back(raw);
   for (ClientConn* conn : conns) conn->CloseWhenIdle();
+  // W3: duplicates waiting for a first answer get their 409 now, well within the grace period.
+  std::vector<Exchange*> running;
+  for (auto& [raw, owned] : exchanges_) running.push_back(raw);
+  for (Exchange* exchange : running) {
+    if (exchanges_.count(exchange)) exchange->OnDrain();
+  }
   MaybeExit();
 }
 

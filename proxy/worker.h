@@ -58,6 +58,7 @@ class Worker final : public ExchangeEnv {
   const Clock& clock() const override { return *gateway_->clock; }
   Store& store() override { return *gateway_->store; }
   ReplayCache* replay_cache() override { return gateway_->replay_cache; }
+  WaitRegistry& waits() override { return *gateway_->waits; }
   void SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,
                     UpstreamCallback done) override;
   void RecordStoreOp(StoreOp op, int64_t micros) override;
@@ -72,7 +73,7 @@ class Worker final : public ExchangeEnv {
   UpstreamGroup* Group(std::string_view name);
   UpstreamGroup& upstream() { return *upstream_; }
   Gateway& gateway() { return *gateway_; }
-  bool draining() const { return draining_; }
+  bool draining() const override { return draining_; }
   Exchange* AddExchange(std::unique_ptr<Exchange> exchange);
   void RemoveConn(ClientConn* conn, CloseReason reason);  // freed on the next loop turn
   size_t connections() const { return conns_.size(); }

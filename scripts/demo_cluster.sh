@@ -54,7 +54,7 @@ Two gateways (:8080, :8081) share PostgreSQL: primary :25432, synchronous standb
     -H 'Authorization: Bearer merchant-demo' -H 'Idempotency-Key: order-1001' \\
     -d '{"amount":"100000000"}'
 
-  (the same command through :8081: the same bytes, plus Idempotent-Replayed: true)
+  (the same command through :8081: the same bytes, plus Idempotent-Replayed: true and Age)
 
 Kill the primary and promote the standby:
 

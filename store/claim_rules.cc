@@ -95,7 +95,7 @@ ClaimDecision DecideClaim(const std::optional<Record>& existing, const ClaimRequ
 }
 
 CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimToken& token,
-                           StoredResponse response) {
+                           StoredResponse response, TimeMs now) {
   CasDecision d;
   if (!CasMatches(existing, token)) {
     if (!CompletedBy(existing, token, response)) d.status = Stale();
@@ -104,6 +104,7 @@ CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimTok
   d.record = *existing;
   d.record.state = RecordState::kCompleted;
   d.record.response = std::move(response);
+  d.record.completed_ms = now;
   d.action = WriteAction::kPut;
   return d;
 }

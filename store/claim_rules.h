@@ -59,8 +59,9 @@ struct CasDecision {
 // Compare-and-set on (in flight, attempt, owner): stores the response as completed. Idempotent:
 // a record already completed by this owner and attempt with this same response is ok, and
 // nothing is written (the owner retries a Complete whose synced write failed after it landed).
+// `now` (the store's clock) is kept as the record's completed_ms (R6: Age).
 CasDecision DecideComplete(const std::optional<Record>& existing, const ClaimToken& token,
-                           StoredResponse response);
+                           StoredResponse response, TimeMs now = 0);
 
 // Same compare-and-set; a first attempt is deleted, a takeover returns to in flight with an
 // expired lease (lease_until = now) and no owner.

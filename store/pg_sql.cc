@@ -15,7 +15,7 @@ namespace idemgate::pg {
   t ".state::int2, " t ".attempt::int4, " t ".owner, " t ".fingerprint, " t ".created_ms, " t \
     ".expires_ms, " t ".lease_until_ms, coalesce(" t ".resp_status, 0)::int4, coalesce(" t    \
     ".resp_reason, ''::bytea), coalesce(" t ".resp_headers, ''::bytea), coalesce(" t          \
-    ".resp_body, ''::bytea)"
+    ".resp_body, ''::bytea), coalesce(" t ".completed_ms, 0)"
 
 const char* const kSchemaBeginSql =
     "BEGIN;"
@@ -33,6 +33,10 @@ const char* const kSchemaCreateSql =
     "  lease_until_ms bigint NOT NULL, resp_status int, resp_reason bytea, resp_headers bytea,"
     "  resp_body bytea, PRIMARY KEY (scope_id, idem_key));"
     "CREATE INDEX IF NOT EXISTS idemgate_records_expires ON idemgate_records (expires_ms);"
+    // R6 (Age): when the response was stored. Added in place, nullable, within schema version 1:
+    // a gateway that does not know it still reads and writes the table (its completions leave
+    // it NULL, and Age then counts from created_ms).
+    "ALTER TABLE idemgate_records ADD COLUMN IF NOT EXISTS completed_ms bigint;"
     "CREATE TABLE IF NOT EXISTS idemgate_meta (name bytea PRIMARY KEY, value bytea NOT NULL);"
     "COMMIT;";
 
@@ -69,7 +73,8 @@ const char* const kClaimSql =
 
 const char* const kCompleteSql =
     "UPDATE idemgate_records SET state = 2, resp_status = $5, resp_reason = $6,"
-    " resp_headers = $7, resp_body = $8"
+    " resp_headers = $7, resp_body = $8,"
+    " completed_ms = CASE WHEN state = 1 THEN " IDEMGATE_PG_NOW("$10") " ELSE completed_ms END"
     " WHERE scope_id = $1 AND idem_key = $2 AND attempt = $3 AND owner = $4 AND owner <> 0"
     " AND (state = 1 OR (state = 2 AND $9))";
 
@@ -109,7 +114,7 @@ const std::vector<Statement>& Statements() {
   constexpr Oid kBytea = 17, kInt8 = 20, kBool = 16;
   static const std::vector<Statement> all = {
       {kClaimSql, {kBytea, kBytea, kBytea, kInt8, kInt8, kInt8, kInt8}},
-      {kCompleteSql, {kBytea, kBytea, kInt8, kInt8, kInt8, kBytea, kBytea, kBytea, kBool}},
+      {kCompleteSql, {kBytea, kBytea, kInt8, kInt8, kInt8, kBytea, kBytea, kBytea, kBool, kInt8}},
       {kReleaseFirstSql, {kBytea, kBytea, kInt8}},
       {kReleaseTakeoverSql, {kBytea, kBytea, kInt8, kInt8, kInt8}},
       {kLookupSql, {kBytea, kBytea, kInt8}},
@@ -200,12 +205,13 @@ void Params::Finish() {
 }
 
 bool DecodeRow(const PGresult* res, int row, Record* record, TimeMs* now_ms) {
-  if (PQnfields(res) != 12) return false;
-  int64_t state, attempt, owner, created, expires, lease, status;
+  if (PQnfields(res) != 13) return false;
+  int64_t state, attempt, owner, created, expires, lease, status, completed;
   if (!GetInt(res, row, 0, 2, &state) || !GetInt(res, row, 1, 4, &attempt) ||
       !GetInt(res, row, 2, 8, &owner) || !GetInt(res, row, 4, 8, &created) ||
       !GetInt(res, row, 5, 8, &expires) || !GetInt(res, row, 6, 8, &lease) ||
-      !GetInt(res, row, 7, 4, &status) || !GetInt(res, row, 11, 8, now_ms)) {
+      !GetInt(res, row, 7, 4, &status) || !GetInt(res, row, 11, 8, &completed) ||
+      !GetInt(res, row, 12, 8, now_ms)) {
     return false;
   }
   if (state != 1 && state != 2) return false;
@@ -218,6 +224,7 @@ bool DecodeRow(const PGresult* res, int row, Record* record, TimeMs* now_ms) {
   record->created_ms = created;
   record->expires_ms = expires;
   record->lease_until_ms = lease;
+  record->completed_ms = completed;
   record->response = StoredResponse{};
   if (record->state == RecordState::kCompleted) {
     record->response.status = static_cast<int>(status);

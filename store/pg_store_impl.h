@@ -76,7 +76,8 @@ class PgStore final : public Store, public pg::ConnListener {
     op->params.Bytes(response.reason);
     op->params.Bytes(pg::EncodeHeaders(response.headers));
     op->params.Bytes(response.body);
-    op->params.Bool(false);  // $9: set when the statement is sent again
+    op->params.Bool(false);    // $9: set when the statement is sent again
+    op->params.Int(Offset());  // $10: the clock offset, for completed_ms
     Submit(std::move(op));
   }
 
@@ -111,6 +112,16 @@ class PgStore final : public Store, public pg::ConnListener {
     op->lookup_done = [&p](LookupResult r) { p.set_value(std::move(r)); };
     Submit(std::move(op));
     return f.get();
+  }
+
+  void LookupAsync(const ScopeId& scope, std::string key, LookupCallback done) override {
+    auto op = std::make_unique<Op>();
+    op->kind = OpKind::kLookup;
+    op->sql = pg::kLookupSql;
+    ScopeKey(op.get(), scope, key);
+    op->params.Int(Offset());
+    op->lookup_done = std::move(done);
+    Submit(std::move(op));
   }
 
   void Delete(const ScopeId& scope, std::string key, StatusCallback done) override {

@@ -4,6 +4,7 @@
 //   fixed header (70 bytes):
 //     version u8 | state u8 | attempt u32 | owner u64 | created i64 | expires i64 |
 //     lease_until i64 | fingerprint[32]
+//   version 2, completed records only: completed i64 (when the response was stored)
 //   response:
 //     status u16 | reason (u32 len + bytes) | header count u32 |
 //     count x (name: u32 len + bytes, value: u32 len + bytes) | body (u32 len + bytes)
@@ -69,9 +70,9 @@ bool ValidState(uint64_t s) {
 }
 
 // Reads the fixed header into *r; false on short input, unknown version or bad state.
-bool ReadHeader(Reader* in, Record* r) {
-  uint64_t version, state, attempt, owner, created, expires, lease;
-  if (!in->Fixed(1, &version) || version != kRecordFormatVersion) return false;
+bool ReadHeader(Reader* in, Record* r, uint64_t* version) {
+  uint64_t state, attempt, owner, created, expires, lease;
+  if (!in->Fixed(1, version) || (*version != 1 && *version != kRecordFormatVersion)) return false;
   if (!in->Fixed(1, &state) || !ValidState(state)) return false;
   if (!in->Fixed(4, &attempt) || !in->Fixed(8, &owner) || !in->Fixed(8, &created) ||
       !in->Fixed(8, &expires) || !in->Fixed(8, &lease)) {
@@ -107,7 +108,7 @@ bool ReadResponse(Reader* in, StoredResponse* resp) {
 
 std::string EncodeRecord(const Record& record) {
   const StoredResponse& resp = record.response;
-  size_t size = kHeaderSize + 2 + 4 + resp.reason.size() + 4 + 4 + resp.body.size();
+  size_t size = kHeaderSize + 8 + 2 + 4 + resp.reason.size() + 4 + 4 + resp.body.size();
   for (const auto& [name, value] : resp.headers) size += 8 + name.size() + value.size();
   std::string out;
   out.reserve(size);
@@ -119,6 +120,9 @@ std::string EncodeRecord(const Record& record) {
   PutFixed(&out, static_cast<uint64_t>(record.expires_ms), 8);
   PutFixed(&out, static_cast<uint64_t>(record.lease_until_ms), 8);
   out.append(reinterpret_cast<const char*>(record.fingerprint.data()), record.fingerprint.size());
+  if (record.state == RecordState::kCompleted) {
+    PutFixed(&out, static_cast<uint64_t>(record.completed_ms), 8);
+  }
   PutFixed(&out, static_cast<uint16_t>(resp.status), 2);
   PutString(&out, resp.reason);
   PutFixed(&out, resp.headers.size(), 4);
@@ -133,9 +137,13 @@ std::string EncodeRecord(const Record& record) {
 std::optional<Record> DecodeRecord(std::string_view bytes) {
   Reader in(bytes);
   Record r;
-  if (!ReadHeader(&in, &r) || !ReadResponse(&in, &r.response) || in.left() != 0) {
+  uint64_t version = 0, completed = 0;
+  if (!ReadHeader(&in, &r, &version)) return std::nullopt;
+  if (version >= 2 && r.state == RecordState::kCompleted && !in.Fixed(8, &completed)) {
     return std::nullopt;
   }
+  r.completed_ms = static_cast<TimeMs>(completed);
+  if (!ReadResponse(&in, &r.response) || in.left() != 0) return std::nullopt;
   return r;
 }
 
@@ -143,8 +151,9 @@ std::optional<RecordHeader> DecodeRecordHeader(std::string_view bytes) {
   if (bytes.size() < kHeaderSize) return std::nullopt;
   Reader in(bytes.substr(0, kHeaderSize));
   Record r;
-  if (!ReadHeader(&in, &r)) return std::nullopt;
-  return RecordHeader{kRecordFormatVersion, r.state, r.expires_ms};
+  uint64_t version = 0;
+  if (!ReadHeader(&in, &r, &version)) return std::nullopt;
+  return RecordHeader{static_cast<uint8_t>(version), r.state, r.expires_ms};
 }
 
 std::string MakeRecordKey(const ScopeId& scope, std::string_view key) {

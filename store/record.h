@@ -41,10 +41,18 @@ struct Record {
   TimeMs expires_ms = 0;      // the record counts as absent from this instant on
   TimeMs lease_until_ms = 0;  // in flight: a retry may take over from this instant on
   StoredResponse response;    // meaningful when state == kCompleted
+  // When the response was stored (completed; R6's Age counts from it). 0: not known (a record
+  // written before format 2, or by an older gateway): created_ms stands in.
+  TimeMs completed_ms = 0;
   bool operator==(const Record&) const = default;
 
   bool ExpiredAt(TimeMs now) const { return now >= expires_ms; }
 };
+
+// When a completed record's response was stored: completed_ms, or (not known) its creation.
+inline TimeMs StoredAtMs(const Record& record) {
+  return record.completed_ms != 0 ? record.completed_ms : record.created_ms;
+}
 
 // The fixed header that starts every encoded value: enough for the TTL compaction filter.
 struct RecordHeader {
@@ -53,7 +61,8 @@ struct RecordHeader {
   TimeMs expires_ms = 0;
 };
 
-inline constexpr uint8_t kRecordFormatVersion = 1;
+// 2 adds completed_ms after the fixed header of a completed record; 1 (still read) has none.
+inline constexpr uint8_t kRecordFormatVersion = 2;
 
 // Versioned binary encoding: fixed header first, then the stored response.
 std::string EncodeRecord(const Record& record);

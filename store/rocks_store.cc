@@ -361,7 +361,7 @@ void RocksStore::Decide(Op& op, TimeMs now, TimeMs now_mono) {
       break;
     }
     case Op::Kind::kComplete: {
-      CasDecision d = DecideComplete(existing, op.token, std::move(op.response));
+      CasDecision d = DecideComplete(existing, op.token, std::move(op.response), now);
       op.status = std::move(d.status);
       action = d.action;
       record = std::move(d.record);

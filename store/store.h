@@ -88,6 +88,7 @@ struct LookupResult {
 // posts the result to the event loop that asked. They may call the store again.
 using ClaimCallback = std::function<void(ClaimResult)>;
 using StatusCallback = std::function<void(StoreStatus)>;
+using LookupCallback = std::function<void(LookupResult)>;
 
 class Store {
  public:
@@ -116,6 +117,13 @@ class Store {
   // a store callback.
   virtual LookupResult Lookup(const ScopeId& scope, std::string_view key,
                               LookupMode mode = LookupMode::kMayBlock) = 0;
+
+  // A read on the store's own thread, answered through `done` (a waiting duplicate polling a
+  // shared store, SPEC §10 W4: a read, not a claim, so a poll writes nothing). The default
+  // reads in place: only for stores whose reads never wait (the in-process fakes).
+  virtual void LookupAsync(const ScopeId& scope, std::string key, LookupCallback done) {
+    done(Lookup(scope, key, LookupMode::kMayBlock));
+  }
 
   // Deletes the record whatever its state (admin unblock). Reported once durable.
   virtual void Delete(const ScopeId& scope, std::string key, StatusCallback done) = 0;

@@ -10,26 +10,47 @@ import time
 
 from . import checks
 from .clients import Record, call, client_loop
-from .gateway import LEASE_S, RESPONSE_TIMEOUT_S, Idemgate, PlantedProxy
+from .gateway import RESPONSE_TIMEOUT_S, Idemgate, PlantedProxy
 from .nemesis import DiskFull, Nemesis
+from .pg import PgCluster
 from .upstream import Upstream
 
+# The kinds of campaign: the real idemgate on RocksDB or (two instances) on PostgreSQL, and the
+# planted faulty gateways of --self-test.
+PG_KINDS = {"idemgate-pg", "planted-pg-async"}
 
-def make_gateway(kind, opts, workdir, upstream_port, store_dir):
+
+def make_gateways(kind, opts, workdir, upstream_port, store_dir, cluster):
     if kind == "planted-proxy":
-        return PlantedProxy(workdir, upstream_port, opts.script)
-    return Idemgate(workdir, upstream_port, opts.gateway, opts.shim, opts.takeover, store_dir,
-                    wipe_on_kill=(kind == "planted-wiped-store"))
+        return [PlantedProxy(workdir, upstream_port, opts.script)]
+    if cluster is not None:  # two instances on one database
+        return [Idemgate(workdir, upstream_port, opts.gateway, opts.shim, opts.takeover,
+                         f"{store_dir}{i}", tag=str(i), pg_dsn=cluster.dsn()) for i in (0, 1)]
+    return [Idemgate(workdir, upstream_port, opts.gateway, opts.shim, opts.takeover, store_dir,
+                     wipe_on_kill=(kind == "planted-wiped-store"))]
 
 
-def replay_all(rec, port, seed, threads=8):
+def start_all(gws, violations, why):
+    """Starts every gateway; the seconds the slowest took, or None (a violation) if one did
+    not come back."""
+    took = []
+    for gw in gws:
+        t = gw.start(30)
+        if t is None:
+            violations.append(("comes back", f"{gw.log_path}: no answer {why}"))
+            return None
+        took.append(t)
+    return max(took)
+
+
+def replay_all(rec, ports, seed, threads=8):
     """Replays every key that got a final answer (its first body), from `threads` clients."""
     keys, out, lock = list(rec.finals), {}, threading.Lock()
 
     def worker(i):
         rng = random.Random(seed * 7 + i)
         for key in keys[i::threads]:
-            ans = call(rec, port, key, rec.body[key], None, rng, give_up_s=15)
+            ans = call(rec, ports, key, rec.body[key], None, rng, give_up_s=15)
             if ans is not None:
                 with lock:
                     out[key] = ans
@@ -42,12 +63,14 @@ def replay_all(rec, port, seed, threads=8):
     return out
 
 
-def drive(gw, rec, rng, stats, disk_full, violations, n_clients, seed, minutes):
+def drive(gws, rec, rng, stats, disk_full, violations, opts, seed, minutes, cluster, kind):
     """Clients and the nemesis for `minutes`; then faults off and every client's call settled."""
-    nemesis = Nemesis(gw, rec, rng, stats, disk_full, violations)
+    nemesis = Nemesis(gws, rec, rng, stats, disk_full, violations, cluster=cluster,
+                      freeze="always" if kind == "planted-pg-async" else "sometimes")
     stop_clients, stop_nemesis = threading.Event(), threading.Event()
-    clients = [threading.Thread(target=client_loop, args=(rec, gw.port, i, seed, stop_clients),
-                                daemon=True) for i in range(n_clients)]
+    ports = [gw.port for gw in gws]
+    clients = [threading.Thread(target=client_loop, args=(rec, ports, i, seed, stop_clients),
+                                daemon=True) for i in range(opts.clients)]
     for t in clients:
         t.start()
     nt = threading.Thread(target=nemesis.run, args=(stop_nemesis,), daemon=True)
@@ -55,8 +78,10 @@ def drive(gw, rec, rng, stats, disk_full, violations, n_clients, seed, minutes):
     time.sleep(minutes * 60)
     stop_nemesis.set()
     nt.join()
-    if isinstance(gw, Idemgate):
-        gw.faults.set(sync_fail=0, sync_stall_ms=0, clock_offset_s=0)
+    for gw in gws:
+        if isinstance(gw, Idemgate):
+            # The clock stays where the last step left it: a reset would step it back.
+            gw.faults.set(sync_fail=0, sync_stall_ms=0)
     stop_clients.set()
     for t in clients:
         t.join(90)
@@ -87,52 +112,57 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     store_dir = os.path.join(workdir, "store")
     os.makedirs(store_dir)
     upstream = Upstream(seed, slow_s=RESPONSE_TIMEOUT_S + 0.5)
-    disk_full = None
-    if kind != "planted-proxy" and not opts.no_disk_full:
+    disk_full, cluster = None, None
+    if kind in PG_KINDS:
+        cluster = PgCluster(synchronous=(kind != "planted-pg-async"))
+    elif kind != "planted-proxy" and not opts.no_disk_full:
         disk_full = DiskFull(store_dir)
         if not disk_full.ok:
             print(f"note: disk-full fault skipped (cannot mount a tmpfs: {disk_full.why})")
-    gw = make_gateway(kind, opts, workdir, upstream.port, store_dir)
-    rec, stats, violations, replays = Record(), {}, [], {}
+    gws = make_gateways(kind, opts, workdir, upstream.port, store_dir, cluster)
+    rec, stats, violations, replays, twice = Record(), {}, [], {}, {}
     t_start = time.monotonic()
     try:
-        took = gw.start(30)
-        if took is None:
-            raise SystemExit(f"the gateway did not start; see {workdir}/gateway.log")
+        if cluster is not None:
+            cluster.start()
+        if start_all(gws, [], "at the start") is None:
+            raise SystemExit(f"the gateway did not start; see {workdir}/gateway*.log")
         stats["recovery_s"] = []
-        drive(gw, rec, rng, stats, disk_full, violations, opts.clients, seed, minutes)
+        drive(gws, rec, rng, stats, disk_full, violations, opts, seed, minutes, cluster, kind)
         # The clean restart: SIGTERM, start on the same store, replay every key with an answer.
-        gw.stop()
-        took = gw.start(30)
-        if took is None:
-            violations.append(("comes back", "no answer after the clean restart"))
-            replays = {}
-        else:
+        for gw in gws:
+            gw.stop()
+        took = start_all(gws, violations, "after the clean restart")
+        if took is not None:
             stats["clean restart s"] = took
-            replays = replay_all(rec, gw.port, seed)
-        twice = checks.check(rec, upstream.log.snapshot(), replays, opts.takeover, violations)
+            replays = replay_all(rec, [gw.port for gw in gws], seed)
+        twice, unrec = checks.check(rec, upstream.log.snapshot(), replays, opts.takeover,
+                                    violations)
+        stats["not recorded"] = unrec
     finally:
-        gw.stop()
+        for gw in gws:
+            gw.stop()
         upstream.stop()
         if disk_full is not None:
             disk_full.unmount()
+        if cluster is not None:
+            cluster.stop()
     stats["elapsed_s"] = time.monotonic() - t_start
     summary = summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations)
     if not quiet or violations:
         print(summary)
-    if not violations and not opts.keep:
+    if (quiet or not violations) and not opts.keep:  # quiet: a self-test's planted run
         shutil.rmtree(workdir, ignore_errors=True)
     else:
         dump(workdir, rec, upstream.log.snapshot(), replays)
-        print(f"(answers.jsonl, executions.jsonl and gateway.log kept in {workdir})")
+        print(f"(answers.jsonl, executions.jsonl and gateway*.log kept in {workdir})")
     return violations, stats
 
 
 def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations):
     execs = upstream.log.snapshot()
-    rs = stats.get("recovery_s", [])
     rows = [
-        ("gateway", kind + ("" if kind != "idemgate" else
+        ("gateway", kind + ("" if kind not in ("idemgate", "idemgate-pg") else
                             f" (takeover = {'true' if opts.takeover else 'false'})")),
         ("seed / minutes", f"{seed} / {minutes}"),
         ("requests sent (incl. retries)", rec.requests),
@@ -144,14 +174,24 @@ def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations
         ("answers by status", ", ".join(f"{k}:{v}" for k, v in
                                         sorted(rec.statuses.items(), key=str))),
     ]
-    for name in ["kills", "pauses < lease", "pauses > lease", "disk faults",
-                 "disk stalls < lease", "disk stalls > lease", "disk full", "clock steps",
-                 "unexpected exits"]:
+    names = ["kills", "pauses < lease", "pauses > lease", "disk faults", "disk stalls < lease",
+             "disk stalls > lease", "disk full", "clock steps", "unexpected exits"]
+    if kind in PG_KINDS:
+        names = ["kills", "pauses < lease", "pauses > lease", "clock steps", "db restarts",
+                 "failovers", "failovers after a frozen WAL receiver", "unexpected exits"]
+    for name in names:
         rows.append((name, stats.get(name, 0)))
-    if rs:
-        rows.append(("back after restart (s): max / mean",
-                     f"{max(rs):.2f} / {sum(rs) / len(rs):.2f} over {len(rs)} restarts"))
+    for name, label in [("recovery_s", "back after restart (s)"),
+                        ("db restart s", "database restart (s)"),
+                        ("promote s", "failover: kill to promoted (s)"),
+                        ("failover s", "failover: kill to new sync standby (s)")]:
+        xs = stats.get(name, [])
+        if xs:
+            rows.append((label + ": max / mean",
+                         f"{max(xs):.2f} / {sum(xs) / len(xs):.2f} over {len(xs)}"))
     rows.append(("clean restart (s)", f"{stats.get('clean restart s', float('nan')):.2f}"))
+    rows.append(("502 'could not be recorded' (in flight at)", ", ".join(
+        f"{k}: {v}" for k, v in sorted(stats.get("not recorded", {}).items())) or "0"))
     rows.append(("keys executed twice, and why", ", ".join(f"{k}: {v}" for k, v in
                                                            sorted(twice.items())) or "0"))
     rows.append(("violations", len(violations)))

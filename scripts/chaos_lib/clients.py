@@ -15,6 +15,7 @@ class Record:
     def __init__(self):
         self.lock = threading.Lock()
         self.inflight = {}     # key -> outstanding requests
+        self.calls = {}        # key -> SDK calls under way (retries and backoff included)
         self.body = {}         # key -> the body it was first sent with
         self.finals = {}       # key -> [answer] (same body)
         self.diff = []         # (key, answer) for deliberately different bodies
@@ -37,6 +38,19 @@ class Record:
             if self.inflight[key] == 0:
                 del self.inflight[key]
             self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def call_begins(self, key, delta):
+        with self.lock:
+            self.calls[key] = self.calls.get(key, 0) + delta
+            if self.calls[key] == 0:
+                del self.calls[key]
+
+    def mark_calls(self, reason):
+        """Marks every key whose SDK call is under way, between retries too (for the record of
+        why a key gave up; never an excuse)."""
+        with self.lock:
+            for key in self.calls:
+                self.hits.setdefault(key, set()).add(reason)
 
     def mark_inflight(self, reason):
         with self.lock:
@@ -71,14 +85,23 @@ def retryable(status, body):
     return status == 502 and error_code(body) == "upstream_unavailable"
 
 
-def call(rec, port, key, body, stop, rng, give_up_s=40.0):
-    """One SDK call: retries with backoff; returns the final answer or None (gave up)."""
+def call(rec, ports, key, body, stop, rng, give_up_s=40.0):
+    rec.call_begins(key, 1)
+    try:
+        return call_retrying(rec, ports, key, body, rng, give_up_s)
+    finally:
+        rec.call_begins(key, -1)
+
+
+def call_retrying(rec, ports, key, body, rng, give_up_s):
+    """One SDK call: retries with backoff, each attempt to any of the gateways' `ports` (as
+    behind a load balancer); returns the final answer or None (gave up)."""
     t0, delay = time.monotonic(), 0.05
     while True:
         rec.begin(key)
         status = "conn"
         try:
-            status, headers, data = send(port, key, body, timeout=10)
+            status, headers, data = send(rng.choice(ports), key, body, timeout=10)
         except (OSError, http.client.HTTPException):
             pass
         finally:
@@ -93,7 +116,7 @@ def call(rec, port, key, body, stop, rng, give_up_s=40.0):
         delay = min(delay * 2, 1.0)
 
 
-def client_loop(rec, port, cid, seed, stop):
+def client_loop(rec, ports, cid, seed, stop):
     rng = random.Random(seed * 1000 + cid)
     n = 0
     while not stop.is_set():
@@ -111,7 +134,7 @@ def client_loop(rec, port, cid, seed, stop):
                 rec.body[key] = body
                 rec.recent.append(key)
                 del rec.recent[:-200]
-        ans = call(rec, port, key, body, stop, rng)
+        ans = call(rec, ports, key, body, stop, rng)
         with rec.lock:
             if ans is None:
                 rec.gave_up.add(key)
@@ -121,7 +144,7 @@ def client_loop(rec, port, cid, seed, stop):
             old = rng.choice(rec.done)
         if rng.random() < 0.05:  # a finished key (maybe long ago) with a different body: 422
             other = json.dumps({"amount": -1, "client": cid, "n": n, "changed": True})
-            ans2 = call(rec, port, old, other, stop, rng)
+            ans2 = call(rec, ports, old, other, stop, rng)
             if ans2 is not None:
                 with rec.lock:
                     rec.diff.append((old, ans2))

@@ -54,13 +54,15 @@ class FaultControl:
 class Process:
     """Common start/kill/pause/ready logic; subclasses give argv, env and on_kill."""
 
-    def __init__(self, workdir, upstream_port):
+    def __init__(self, workdir, upstream_port, tag=""):
         self.workdir = workdir
         self.upstream_port = upstream_port
+        self.tag = tag  # "" for the only gateway; "0", "1"... for several
         self.port = free_port()
         self.proc = None
         self.expected_exit = False
-        self.log = open(os.path.join(workdir, "gateway.log"), "ab")
+        self.log_path = os.path.join(workdir, f"gateway{tag}.log")
+        self.log = open(self.log_path, "ab")
 
     def start(self, deadline_s):
         """Starts the process; returns seconds until it answered, or None past deadline_s."""
@@ -112,13 +114,21 @@ class Process:
 
 
 class Idemgate(Process):
-    def __init__(self, workdir, upstream_port, binary, shim, takeover, store_dir, wipe_on_kill=False):
-        super().__init__(workdir, upstream_port)
+    """idemgate on its own RocksDB store (store_dir), or on PostgreSQL when pg_dsn is given."""
+
+    def __init__(self, workdir, upstream_port, binary, shim, takeover, store_dir, wipe_on_kill=False,
+                 tag="", pg_dsn=None):
+        super().__init__(workdir, upstream_port, tag)
         self.binary, self.shim, self.store_dir = binary, shim, store_dir
         self.wipe_on_kill = wipe_on_kill
-        self.fault_file = os.path.join(workdir, "faults")
+        self.fault_file = os.path.join(workdir, f"faults{tag}")
         self.faults = FaultControl(self.fault_file)
-        self.config = os.path.join(workdir, "idemgate.toml")
+        self.config = os.path.join(workdir, f"idemgate{tag}.toml")
+        backend = "" if pg_dsn is None else f"""backend = "postgres"
+[store.postgres]
+dsn = "{pg_dsn}"
+connections = 4
+"""
         with open(self.config, "w") as f:
             f.write(f"""[listen]
 address = "127.0.0.1:{self.port}"
@@ -133,7 +143,7 @@ takeover = {"true" if takeover else "false"}
 [store]
 path = "{store_dir}"
 sync = true
-[server]
+{backend}[server]
 workers = 2
 shutdown_grace = "2s"
 [admin]

@@ -49,19 +49,31 @@ class DiskFull:
 
 
 class Nemesis:
-    def __init__(self, gw, rec, rng, stats, disk_full, violations, comeback_s=30):
-        self.gw, self.rec, self.rng, self.stats = gw, rec, rng, stats
+    """Faults on the gateways `gws` (one on RocksDB; several on PostgreSQL) and, with a
+    PostgreSQL `cluster`, on the database: restarts, and failovers (primary killed, standby
+    promoted; with `freeze` the standby's WAL receiver frozen first, always when `freeze` is
+    "always": the planted asynchronous standby then loses what it had not received)."""
+
+    def __init__(self, gws, rec, rng, stats, disk_full, violations, comeback_s=30, cluster=None,
+                 freeze="sometimes"):
+        self.gws, self.rec, self.rng, self.stats = gws, rec, rng, stats
         self.disk_full = disk_full
         self.violations = violations
         self.comeback_s = comeback_s
-        self.clock_offset = 0
+        self.cluster = cluster
+        self.freeze = freeze
 
     def actions(self):
         acts = [self.kill, self.kill, self.short_pause, self.long_pause]
-        if isinstance(self.gw, Idemgate) and self.gw.shim:
-            acts += [self.disk_fail, self.disk_stall, self.disk_stall_long, self.clock_step]
+        shim = all(isinstance(gw, Idemgate) and gw.shim for gw in self.gws)
+        if shim and self.cluster is None:  # on PostgreSQL the gateway syncs nothing
+            acts += [self.disk_fail, self.disk_stall, self.disk_stall_long]
+        if shim:
+            acts.append(self.clock_step)
         if self.disk_full is not None and self.disk_full.ok:
             acts.append(self.fill_disk)
+        if self.cluster is not None:
+            acts += [self.db_restart, self.failover]
         return acts
 
     def run(self, stop):
@@ -69,7 +81,7 @@ class Nemesis:
         first = True
         while not stop.wait(self.rng.uniform(1.0, 4.0)):
             self.check_alive()
-            act = self.kill if first else self.rng.choice(acts)
+            act = (self.failover if self.cluster else self.kill) if first else self.rng.choice(acts)
             first = False
             try:
                 act()
@@ -80,38 +92,44 @@ class Nemesis:
     def bump(self, name, n=1):
         self.stats[name] = self.stats.get(name, 0) + n
 
-    def restart(self, why):
+    def restart(self, gw, why):
         for _ in range(3):
-            took = self.gw.start(self.comeback_s)
+            took = gw.start(self.comeback_s)
             if took is not None:
                 self.stats.setdefault("recovery_s", []).append(took)
                 return
-            self.violations.append(("comes back", f"gateway not answering within {self.comeback_s} s "
-                                    f"of a restart ({why}); see gateway.log"))
-            self.gw.kill()
+            how = (f"exited during start-up (status {gw.proc.returncode})"
+                   if gw.proc.poll() is not None else
+                   f"not answering within {self.comeback_s} s")
+            self.violations.append(("comes back", f"gateway {how} after a restart ({why}); "
+                                    f"see {gw.log_path}"))
+            gw.kill()
 
     def check_alive(self):
-        if self.gw.died_on_its_own():
-            self.bump("unexpected exits")
-            self.rec.mark_inflight("crash")
-            self.violations.append(("comes back", f"gateway exited on its own "
-                                    f"(status {self.gw.proc.returncode}); see gateway.log"))
-            self.gw.expected_exit = True
-            self.restart("after its own exit")
+        for gw in self.gws:
+            if gw.died_on_its_own():
+                self.bump("unexpected exits")
+                self.rec.mark_inflight("crash")
+                self.violations.append(("comes back", f"gateway exited on its own "
+                                        f"(status {gw.proc.returncode}); see {gw.log_path}"))
+                gw.expected_exit = True
+                self.restart(gw, "after its own exit")
 
     def kill(self):
+        gw = self.rng.choice(self.gws)
         self.rec.mark_inflight("kill")
-        self.gw.kill()
+        gw.kill()
         self.bump("kills")
-        self.restart("SIGKILL")
+        self.restart(gw, "SIGKILL")
 
     def _pause(self, seconds, reason):
+        gw = self.rng.choice(self.gws)
         self.rec.mark_inflight(reason) if reason else None
-        self.gw.pause()
+        gw.pause()
         time.sleep(seconds)
         if reason:
             self.rec.mark_inflight(reason)
-        self.gw.resume()
+        gw.resume()
 
     def short_pause(self):
         self.bump("pauses < lease")
@@ -122,11 +140,12 @@ class Nemesis:
         self._pause(LEASE_S + self.rng.uniform(0.5, 2.0), "pause>lease")
 
     def _window(self, reason, seconds, **faults):
+        gw = self.gws[0]  # disk faults: RocksDB, one gateway
         self.rec.mark_inflight(reason)
-        self.gw.faults.set(**faults)
+        gw.faults.set(**faults)
         time.sleep(seconds)
         self.rec.mark_inflight(reason)
-        self.gw.faults.set(sync_fail=0, sync_stall_ms=0, sync_stall_count=-1)
+        gw.faults.set(sync_fail=0, sync_stall_ms=0, sync_stall_count=-1)
         time.sleep(0.3)
         self.rec.mark_inflight(reason)
 
@@ -147,8 +166,11 @@ class Nemesis:
     def clock_step(self):
         self.bump("clock steps")
         self.rec.mark_inflight("clock step")  # not an excuse for a second execution
-        self.clock_offset = self.rng.choice([-1, 1]) * self.rng.randint(5, 900)
-        self.gw.faults.set(clock_offset_s=self.clock_offset)
+        gw = self.rng.choice(self.gws)
+        offset = self.rng.choice([-1, 1]) * self.rng.randint(5, 900)
+        step = offset - gw.faults.values.get("clock_offset_s", 0)
+        self.rec.mark_calls(f"clock step {'back' if step < 0 else 'forward'} (in a call)")
+        gw.faults.set(clock_offset_s=offset)
 
     def fill_disk(self):
         self.bump("disk full")
@@ -159,3 +181,28 @@ class Nemesis:
         self.disk_full.empty()
         time.sleep(0.3)
         self.rec.mark_inflight("disk full")
+
+    def db_restart(self):
+        """The primary restarted (crash or fast shutdown), or the synchronous standby (the
+        primary's commits wait for it meanwhile)."""
+        node, crash = self.rng.choice([(self.cluster.primary, True), (self.cluster.primary, False),
+                                       (self.cluster.standby, self.rng.random() < 0.5)])
+        self.bump("db restarts")
+        self.rec.mark_inflight("db restart")
+        t0 = time.monotonic()
+        self.cluster.restart(node, crash)
+        self.stats.setdefault("db restart s", []).append(time.monotonic() - t0)
+        self.rec.mark_inflight("db restart")
+
+    def failover(self):
+        freeze = self.freeze == "always" or self.rng.random() < 0.5
+        self.bump("failovers")
+        if freeze:
+            self.bump("failovers after a frozen WAL receiver")
+        self.rec.mark_inflight("failover")
+        promoted, took = self.cluster.failover(
+            freeze_s=self.rng.uniform(0.5, 1.5) if freeze else 0.0,
+            on_killed=lambda: self.rec.mark_inflight("failover"))
+        self.rec.mark_inflight("failover")
+        self.stats.setdefault("promote s", []).append(promoted)
+        self.stats.setdefault("failover s", []).append(took)

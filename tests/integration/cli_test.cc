@@ -47,6 +47,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadConfig{"[listen]\nadress = \"0.0.0.0:1\"\n", "listen.adress"},
         BadConfig{"[nosuch]\nx = 1\n", "nosuch"},
+        // SPEC §10: wait <= max_wait <= lease.
+        BadConfig{"[idempotency]\nmax_wait = \"5s\"\nwait = \"6s\"\n",
+                  "idempotency.wait': (6s) must not be longer than idempotency.max_wait"},
+        BadConfig{"[idempotency]\nlease = \"30s\"\nmax_wait = \"31s\"\n",
+                  "idempotency.max_wait': (31s) must not be longer than idempotency.lease"},
         BadConfig{"[upstream]\nconnect_timeout = 5\n", "upstream.connect_timeout"},
         BadConfig{"[upstream]\nresponse_timeout = \"fast\"\n", "upstream.response_timeout"},
         BadConfig{"[upstream]\nurl = \"ftp://x\"\n", "upstream.url"},

@@ -55,8 +55,8 @@ inline std::string WithoutRequestId(std::string raw) {
   return raw;
 }
 
-// The raw bytes of a replay are the first answer's plus one header line, and its own request id:
-// compare WithoutReplayedHeader(replay.raw) with WithoutRequestId(first.raw).
+// The raw bytes of a replay are the first answer's plus Idempotent-Replayed and Age (R2, R6),
+// and its own request id: compare WithoutReplayedHeader(replay.raw) with WithoutRequestId(first.raw).
 inline std::string WithoutReplayedHeader(std::string raw) {
   const std::string line = "Idempotent-Replayed: true\r\n";
   size_t at = raw.find(line);

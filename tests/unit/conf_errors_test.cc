@@ -212,6 +212,27 @@ TEST(ConfigErrors, TtlMustOutliveTheLease) {
                 "must be longer than idempotency.lease (30s)");
 }
 
+// SPEC §10: wait <= max_wait <= lease; an unset max_wait follows a shorter lease.
+TEST(ConfigErrors, WaitIsCappedByMaxWaitAndMaxWaitByTheLease) {
+  ExpectRefused("[idempotency]\nmax_wait = \"5s\"\nwait = \"10s\"\n", 3, "idempotency.wait",
+                "(10s) must not be longer than idempotency.max_wait (5s)");
+  ExpectRefused("[idempotency]\nlease = \"1m\"\nmax_wait = \"2m\"\n", 3, "idempotency.max_wait",
+                "(2m) must not be longer than idempotency.lease (1m)");
+  ExpectRefused("[idempotency]\nmax_wait = \"0s\"\nwait = \"1s\"\n", 3, "idempotency.wait",
+                "must not be longer than idempotency.max_wait (0ms)");
+  ExpectRefused("[idempotency]\nwait = \"-1s\"\n", 2, "idempotency.wait", "bad duration");
+  ConfigResult ok = ParseConfig(
+      "[upstream]\nconnect_timeout = \"1s\"\nresponse_timeout = \"3s\"\n"
+      "[idempotency]\nlease = \"10s\"\nwait = \"2s\"\n",
+      "ok.toml");
+  ASSERT_TRUE(ok.ok()) << ok.error;
+  EXPECT_EQ(ok.config->idempotency.max_wait_ms, 10'000);  // the default 30s, held to the lease
+  EXPECT_EQ(ok.config->idempotency.wait_ms, 2'000);
+  ConfigResult off = ParseConfig("[idempotency]\nmax_wait = \"0s\"\nwait = \"0s\"\n", "off.toml");
+  ASSERT_TRUE(off.ok()) << off.error;
+  EXPECT_EQ(off.config->idempotency.max_wait_ms, 0);
+}
+
 TEST(ConfigErrors, TlsCertAndKeyGoTogether) {
   const fs::path cert = fs::temp_directory_path() / "conf_errors_cert.pem";
   std::ofstream(cert) << "CERT";

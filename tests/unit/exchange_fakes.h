@@ -14,6 +14,7 @@
 #include "proxy/access_log.h"
 #include "proxy/exchange.h"
 #include "proxy/metrics.h"
+#include "proxy/wait_registry.h"
 #include "store/claim_rules.h"
 
 namespace idemgate::test {
@@ -40,7 +41,7 @@ class QueuedStore final : public Store {
       ++completes;
       StoreStatus status;
       if (TakeFailure(&status)) return done(status);
-      CasDecision d = DecideComplete(Find(token.record_key), token, response);
+      CasDecision d = DecideComplete(Find(token.record_key), token, response, clock_->NowMs());
       Apply(token.record_key, d.action, d.record);
       done(d.status);
     });
@@ -55,13 +56,18 @@ class QueuedStore final : public Store {
       done(d.status);
     });
   }
-  LookupResult Lookup(const ScopeId& scope, std::string_view key, LookupMode) override {
-    ++lookups;
+  LookupResult Lookup(const ScopeId& scope, std::string_view key, LookupMode mode) override {
     LookupResult r;
+    if (shared && mode == LookupMode::kNoWait) {  // as PgStore: nothing at hand, ask Claim
+      r.outcome = LookupOutcome::kNotCached;
+      return r;
+    }
+    ++lookups;
     std::optional<Record> found = Find(MakeRecordKey(scope, key));
     if (found && !found->ExpiredAt(clock_->NowMs())) {
       r.outcome = LookupOutcome::kFound;
       r.record = *found;
+      r.now_ms = clock_->NowMs();
     }
     return r;
   }
@@ -76,6 +82,7 @@ class QueuedStore final : public Store {
   StoreStatus PutMeta(std::string_view, std::string_view) override { return {}; }
   uint64_t ApproximateRecords() override { return records.size(); }
   void Close() override {}
+  bool Shared() const override { return shared; }
 
   // Runs the oldest queued op (its callback runs here, as on the store's thread).
   bool Step() {
@@ -93,6 +100,7 @@ class QueuedStore final : public Store {
   }
 
   std::map<std::string, Record> records;
+  bool shared = false;  // as PostgreSQL: other instances write it; kNoWait reads nothing
   int claims = 0, completes = 0, releases = 0, lookups = 0;
 
  private:
@@ -128,12 +136,14 @@ struct UpstreamCall {
 struct SentAnswer {
   StoredResponse response;
   bool replayed = false;
+  std::string extra_headers;  // Age, Preference-Applied
 };
 
 class RecordingSink final : public ResponseSink {
  public:
-  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed) override {
-    answers.push_back({*response, replayed});
+  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
+                    std::string_view extra_headers) override {
+    answers.push_back({*response, replayed, std::string(extra_headers)});
   }
   std::vector<SentAnswer> answers;
 };
@@ -150,6 +160,8 @@ class FakeEnv final : public ExchangeEnv {
   const Clock& clock() const override { return *clock_; }
   Store& store() override { return *store_; }
   ReplayCache* replay_cache() override { return nullptr; }
+  WaitRegistry& waits() override { return *waits_; }
+  bool draining() const override { return draining_now; }
   void SendUpstream(std::string request, bool, const UpstreamLimits& limits,
                     UpstreamCallback done) override {
     upstream.push_back({std::move(request), limits, std::move(done)});
@@ -178,6 +190,10 @@ class FakeEnv final : public ExchangeEnv {
   std::vector<ExchangeSample> samples;
   std::vector<std::string> log_lines;
   std::vector<Exchange*> finished;
+  bool draining_now = false;
+  // Shared by every FakeEnv of a test that passes one (several loops); else this env's own.
+  WaitRegistry* waits_ = &own_waits_;
+  WaitRegistry own_waits_;
 
  private:
   friend class FakeTimer;

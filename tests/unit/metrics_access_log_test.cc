@@ -66,6 +66,10 @@ TEST(AccessLogFormat, LineFieldsAndEscaping) {
       << line;
   EXPECT_EQ(line.find("key_hash"), std::string::npos);
   EXPECT_EQ(line.find("error"), std::string::npos);
+  EXPECT_EQ(line.find("wait_ms"), std::string::npos);  // did not wait
+  e.wait_us = 1'500'000;  // SPEC §10: how long the duplicate waited
+  line = FormatAccessLine(e);
+  EXPECT_NE(line.find(R"("upstream_ms":0.005,"wait_ms":1500.000,)"), std::string::npos) << line;
 }
 
 TEST(AccessLogWriter, WritesEveryLineAndFlushesOnClose) {

@@ -55,6 +55,33 @@ TEST(MetricsRender, NoRejectedSeriesForCodesThatAreNeverRejected) {
   }
 }
 
+// SPEC §10: waiters now (a gauge read at scrape time), waits by how they ended, wait durations.
+TEST(MetricsRender, WaitsByEndAndDuration) {
+  Metrics metrics(2);
+  uint64_t parked = 7;
+  metrics.SetWaitersSource([&] { return parked; });
+  ExchangeSample replayed;
+  replayed.outcome = Outcome::kReplay;
+  replayed.wait_end = WaitEnd::kReplayed;
+  replayed.wait_us = 250'000;
+  metrics.shard(0).RecordExchange(replayed);
+  metrics.shard(1).RecordExchange(replayed);
+  ExchangeSample gone;
+  gone.wait_end = WaitEnd::kClientGone;
+  gone.wait_us = 1'000;
+  metrics.shard(1).RecordExchange(gone);
+  metrics.shard(1).RecordExchange({});  // did not wait: not counted
+  std::string t = metrics.Render();
+  EXPECT_EQ(Value(t, "idemgate_waiters"), 7);
+  EXPECT_EQ(Value(t, "idemgate_waits_total{end=\"replayed\"}"), 2);
+  EXPECT_EQ(Value(t, "idemgate_waits_total{end=\"client_gone\"}"), 1);
+  EXPECT_EQ(Value(t, "idemgate_waits_total{end=\"timed_out\"}"), 0);
+  EXPECT_EQ(Value(t, "idemgate_waits_total{end=\"claimed\"}"), 0);
+  EXPECT_EQ(Value(t, "idemgate_wait_duration_seconds_count"), 3);
+  EXPECT_DOUBLE_EQ(Value(t, "idemgate_wait_duration_seconds_sum"), 0.501);
+  EXPECT_EQ(t.find("end=\"none\""), std::string::npos);
+}
+
 TEST(MetricsRender, EveryLineIsValidExposition) {
   Metrics metrics(1);
   metrics.shard(0).RecordExchange({});

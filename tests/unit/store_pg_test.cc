@@ -87,6 +87,29 @@ TEST_F(PgStoreTest, StoresSharingOneDatabaseShareRecords) {
   EXPECT_EQ(a->Lookup(Scope(7), "k", LookupMode::kNoWait).outcome, LookupOutcome::kNotCached);
 }
 
+// R6: a completion stores when it was made (the database's clock); a table from before the
+// column existed gains it at start-up, and rows without it still read (completed_ms 0).
+TEST_F(PgStoreTest, CompletionTimeIsStoredAndAnOlderTableGainsItsColumn) {
+  std::string error;
+  ASSERT_NE(Open(&error), nullptr) << error;
+  Sql("ALTER TABLE idemgate_records DROP COLUMN completed_ms");  // as an older gateway left it
+  auto store = Open(&error);
+  ASSERT_NE(store, nullptr) << error;
+  ClaimResult won = ClaimNow(*store, Req("k"));
+  ASSERT_EQ(won.outcome, ClaimOutcome::kFresh);
+  offset_ += 5'000;
+  ASSERT_TRUE(CompleteNow(*store, won.token, Resp(201, "made")).ok());
+  LookupResult found = store->Lookup(Scope(7), "k", LookupMode::kMayBlock);
+  ASSERT_EQ(found.outcome, LookupOutcome::kFound);
+  EXPECT_GE(found.record.completed_ms - found.record.created_ms, 5'000);
+  EXPECT_LE(found.record.completed_ms, found.now_ms);
+  Sql("UPDATE idemgate_records SET completed_ms = NULL");  // completed by an older gateway
+  found = store->Lookup(Scope(7), "k", LookupMode::kMayBlock);
+  ASSERT_EQ(found.outcome, LookupOutcome::kFound);
+  EXPECT_EQ(found.record.completed_ms, 0);
+  EXPECT_EQ(found.record.response.body, "made");
+}
+
 // SPEC M5: a commit whose synchronous-replication wait was cancelled is committed locally but
 // maybe not replicated; PostgreSQL only says so in a WARNING. The store must not report it, and
 // must find the outcome out by sending the claim again with the same owner: it then wins (kFresh,

@@ -78,7 +78,7 @@ TEST(StoreRecord, TrailingGarbageIsRejected) {
 
 TEST(StoreRecord, UnknownVersionIsRejected) {
   std::string bytes = EncodeRecord(SampleRecord());
-  for (int v : {0, 2, 255}) {
+  for (int v : {0, 3, 255}) {
     bytes[0] = static_cast<char>(v);
     EXPECT_FALSE(DecodeRecord(bytes).has_value());
     EXPECT_FALSE(DecodeRecordHeader(bytes).has_value());
@@ -95,11 +95,11 @@ TEST(StoreRecord, UnknownStateIsRejected) {
 TEST(StoreRecord, HugeLengthsAreRejected) {
   std::string bytes = EncodeRecord(SampleRecord());
   // The header count follows status(2) + reason length(4) + "Created"(7) after the header.
-  size_t count_at = 70 + 2 + 4 + 7;
+  size_t count_at = 78 + 2 + 4 + 7;  // 70 + completed_ms (8)
   for (int i = 0; i < 4; ++i) bytes[count_at + i] = '\xff';
   EXPECT_FALSE(DecodeRecord(bytes).has_value());
   std::string reason_len = EncodeRecord(SampleRecord());
-  for (int i = 0; i < 4; ++i) reason_len[72 + i] = '\xff';
+  for (int i = 0; i < 4; ++i) reason_len[80 + i] = '\xff';
   EXPECT_FALSE(DecodeRecord(reason_len).has_value());
 }
 
@@ -118,11 +118,32 @@ TEST(StoreRecord, RandomBytesNeverCrash) {
       for (int k = 0; k < 3; ++k) bytes[rng() % bytes.size()] = static_cast<char>(rng());
     }
     std::optional<Record> r = DecodeRecord(bytes);
-    if (r.has_value()) {
+    if (r.has_value() && bytes[0] == static_cast<char>(kRecordFormatVersion)) {
       EXPECT_EQ(EncodeRecord(*r), bytes);  // only exact encodings decode
     }
     (void)DecodeRecordHeader(bytes);
   }
+}
+
+// R6: format 2 keeps when the response was stored; format 1 (no completed_ms) is still read.
+TEST(StoreRecord, CompletedTimeRoundTripsAndFormatOneStillDecodes) {
+  Record r = SampleRecord();
+  r.completed_ms = 1'700'000'123'456;
+  std::string v2 = EncodeRecord(r);
+  std::optional<Record> back = DecodeRecord(v2);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->completed_ms, r.completed_ms);
+  std::string v1 = v2.substr(0, 70) + v2.substr(78);  // format 1: no completed_ms
+  v1[0] = 1;
+  std::optional<Record> old = DecodeRecord(v1);
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->completed_ms, 0);
+  EXPECT_EQ(old->response, r.response);
+  EXPECT_EQ(old->created_ms, r.created_ms);
+  auto header = DecodeRecordHeader(v1);
+  ASSERT_TRUE(header.has_value());
+  EXPECT_EQ(header->version, 1);
+  EXPECT_EQ(header->expires_ms, r.expires_ms);
 }
 
 TEST(StoreRecord, RecordKeyIsScopeThenKey) {
