@@ -61,6 +61,8 @@ inline std::string WithoutReplayedHeader(std::string raw) {
   const std::string line = "Idempotent-Replayed: true\r\n";
   size_t at = raw.find(line);
   if (at != std::string::npos) raw.erase(at, line.size());
+  at = raw.find("\r\nAge: ");
+  if (at != std::string::npos) raw.erase(at, raw.find("\r\n", at + 2) - at);
   return WithoutRequestId(std::move(raw));
 }
 
