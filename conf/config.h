@@ -115,6 +115,7 @@ struct Config {
     std::string address = "127.0.0.1:9901";  // empty = no admin listener
     HostPort addr;
     std::string token;  // empty = the record API is off
+    std::string backup_dir;  // where POST /backup writes checkpoints; empty = backups off
   } admin;
 
   struct Log {

@@ -347,6 +347,8 @@ const KeySpec kKeys[] = {
      "Admin listener address, \"host:port\" (\"\" = no admin listener)."},
     {"admin", "token", Kind::kString, kLive, FIELD(admin.token), 0, 0, nullptr,
      "Bearer token for the admin record API (\"\" = the record API is off)."},
+    {"admin", "backup_dir", Kind::kString, kLive, FIELD(admin.backup_dir), 0, 0, nullptr,
+     "Directory where POST /backup (admin token) writes store checkpoints (\"\" = backups off)."},
 
     {"log", "access", Kind::kString, kRestart, FIELD(log.access), 0, 0, CheckLogAccess,
      "Access log destination: \"stdout\", \"off\" or a file path (appended to)."},

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <memory>
 
@@ -24,6 +25,7 @@
 #include "proxy/errors.h"
 #include "proxy/guard.h"
 #include "proxy/metrics.h"
+#include "proxy/tls.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -149,6 +151,27 @@ void LogDelete(evhttp_request* req, const ScopeId& scope, const std::string& key
        force ? "true" : "false", outcome);
 }
 
+// 404 for a lookup that found nothing, naming the scope it looked in (16 hex digits of the scope
+// id) and the key_hash the access log would show for this key in that scope: a credential given
+// without its scheme ("sk_..." for "Bearer sk_...") names another scope, and this tells so.
+void ReplyNoRecord(evhttp_request* req, const ScopeId& scope, const std::string& key) {
+  static const char* kHex = "0123456789abcdef";
+  std::string scope_hex;
+  for (int i = 0; i < 8; ++i) {
+    scope_hex.push_back(kHex[scope[i] >> 4]);
+    scope_hex.push_back(kHex[scope[i] & 15]);
+  }
+  const std::string key_hash = KeyHash(scope, key);
+  std::string detail = "No live record for this key in scope " + scope_hex + " (key_hash " +
+                       key_hash +
+                       " in the access log). The scope comes from X-Idemgate-Credential, which "
+                       "must be the caller's whole credential header value (e.g. \"Bearer "
+                       "sk_...\", not the bare token).";
+  ReplyJson(req, 404, "Not Found",
+            "{\"error\":\"not_found\",\"detail\":\"" + JsonEscape(detail) + "\",\"scope\":\"" +
+                scope_hex + "\",\"key_hash\":\"" + key_hash + "\"}");
+}
+
 // 409 for a non-forced delete of an in-flight record, saying what forcing would risk.
 void RefuseInFlight(evhttp_request* req, const Record& record, TimeMs now) {
   if (now < record.lease_until_ms) {
@@ -196,7 +219,7 @@ std::string ProbeStore(Store* store, milliseconds timeout) {
   return status.message.empty() ? "the store refused the write" : status.message;
 }
 
-std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout) {
+std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout, SSL_CTX* tls) {
   std::string where = upstream.host + ":" + std::to_string(upstream.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -224,6 +247,9 @@ std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout) {
       error = "cannot connect to " + where + ": " + strerror(errno);
     } else if (so_error != 0) {
       error = "cannot connect to " + where + ": " + strerror(so_error);
+    } else if (tls != nullptr) {  // https: the handshake and certificate check, as requests do
+      error = ProbeTlsHandshake(fd, tls, upstream.host, static_cast<int>(timeout.count()));
+      if (!error.empty()) error = where + ": " + error;
     }
   }
   if (fd >= 0) close(fd);
@@ -231,12 +257,13 @@ std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout) {
   return error;
 }
 
-std::string ProbeUpstreamGroup(const Config::Upstream& group, milliseconds timeout) {
+std::string ProbeUpstreamGroup(const Config::Upstream& group, milliseconds timeout,
+                               SSL_CTX* tls) {
   std::vector<HostPort> servers = group.addrs;
   if (servers.empty()) servers.push_back(group.addr);
   std::string errors;
   for (const HostPort& server : servers) {
-    std::string error = ProbeUpstream(server, timeout);
+    std::string error = ProbeUpstream(server, timeout, tls);
     if (error.empty()) return "";
     errors += (errors.empty() ? "" : "; ") + error;
   }
@@ -255,7 +282,8 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
     *error = "cannot create the admin listener";
     return false;
   }
-  evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE);
+  evhttp_set_allowed_methods(
+      http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST);
   evhttp_set_max_headers_size(http_, 16 << 10);
   evhttp_set_max_body_size(http_, 0);
   evhttp_set_timeout(http_, 10);
@@ -295,6 +323,7 @@ void AdminServer::Handle(evhttp_request* req) {
   evhttp_cmd_type method = evhttp_request_get_command(req);
   bool get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
   if (path == "/records") return HandleRecords(req);
+  if (path == "/backup") return HandleBackup(req);
   if (!get && (path == "/metrics" || path == "/healthz" || path == "/readyz")) {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
     return ReplyError(req, 405, "Method Not Allowed", "method_not_allowed",
@@ -304,7 +333,7 @@ void AdminServer::Handle(evhttp_request* req) {
   if (path == "/healthz") return Reply(req, 200, "OK", "text/plain; charset=utf-8", "ok\n");
   if (path == "/readyz") return HandleReady(req);
   ReplyError(req, 404, "Not Found", "not_found",
-             "Admin paths: /metrics, /healthz, /readyz, /records.");
+             "Admin paths: /metrics, /healthz, /readyz, /records, /backup.");
 }
 
 void AdminServer::HandleMetrics(evhttp_request* req) {
@@ -317,7 +346,8 @@ void AdminServer::HandleReady(evhttp_request* req) {
   std::string store = ProbeStore(gateway_->store, kStoreProbeTimeout);
   milliseconds connect_timeout(
       std::min<int64_t>(config->upstream.connect_timeout_ms, kUpstreamProbeMaxTimeout.count()));
-  std::string upstream = ProbeUpstreamGroup(config->upstream, connect_timeout);
+  std::string upstream =
+      ProbeUpstreamGroup(config->upstream, connect_timeout, gateway_->upstream_tls);
   bool draining = draining_.load(std::memory_order_relaxed);
   bool ready = store.empty() && upstream.empty() && !draining;
   std::string body = std::string("{\"ready\":") + (ready ? "true" : "false");
@@ -332,7 +362,7 @@ void AdminServer::HandleReady(evhttp_request* req) {
 bool AdminServer::Authorize(evhttp_request* req, const Config& config) {
   if (config.admin.token.empty()) {
     ReplyError(req, 404, "Not Found", "not_found",
-               "The record API is off: [admin] token is not configured.");
+               "The record and backup API is off: [admin] token is not configured.");
     return false;
   }
   const char* header = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
@@ -348,6 +378,49 @@ bool AdminServer::Authorize(evhttp_request* req, const Config& config) {
     return false;
   }
   return true;
+}
+
+// POST /backup: a checkpoint of the store, written under [admin] backup_dir while the gateway
+// serves (this thread waits for it; the data-plane loops do not). Logged like a delete.
+void AdminServer::HandleBackup(evhttp_request* req) {
+  std::shared_ptr<const Config> config = gateway_->Snapshot();
+  if (!Authorize(req, *config)) return;
+  if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
+    return ReplyError(req, 405, "Method Not Allowed", "method_not_allowed", "Use POST on /backup.");
+  }
+  const std::string& root = config->admin.backup_dir;
+  if (root.empty()) {
+    return ReplyError(req, 404, "Not Found", "not_found",
+                      "Backups are off: [admin] backup_dir is not configured.");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  const auto now = std::chrono::system_clock::now();
+  const int64_t now_ms = std::chrono::duration_cast<milliseconds>(now.time_since_epoch()).count();
+  std::string stamp = FormatRfc3339(now_ms, true);  // 2026-11-30T19:01:02.345Z
+  std::erase(stamp, ':');
+  const std::string dir = root + "/idemgate-" + stamp;
+  const auto started = std::chrono::steady_clock::now();
+  StoreStatus status =
+      ec ? StoreStatus{StoreCode::kIoError, "cannot create " + root + ": " + ec.message()}
+         : gateway_->store->Checkpoint(dir);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (metrics_) metrics_->BackupFinished(status.ok(), now_ms);
+  LogF(status.ok() ? LogLevel::kInfo : LogLevel::kError, "admin",
+       "backup: client=%s path=%s result=%s%s", PeerAddress(req).c_str(), dir.c_str(),
+       status.ok() ? "written" : "failed: ", status.message.c_str());
+  if (!status.ok()) {
+    return ReplyError(req, 500, "Internal Server Error", "backup_failed",
+                      "The backup was not written: " + status.message);
+  }
+  char took[32];
+  snprintf(took, sizeof(took), "%.3f", seconds);
+  ReplyJson(req, 200, "OK",
+            "{\"backup\":\"" + JsonEscape(dir) +
+                "\",\"records\":" + std::to_string(gateway_->store->ApproximateRecords()) +
+                ",\"seconds\":" + took + "}");
 }
 
 void AdminServer::HandleRecords(evhttp_request* req) {
@@ -398,9 +471,7 @@ void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope, const 
     return ReplyError(req, 503, "Service Unavailable", "store_unavailable",
                       "The store could not be read.");
   }
-  if (found.outcome == LookupOutcome::kMiss) {
-    return ReplyError(req, 404, "Not Found", "not_found", "No live record for this key.");
-  }
+  if (found.outcome == LookupOutcome::kMiss) return ReplyNoRecord(req, scope, key);
   ReplyJson(req, 200, "OK", RecordJson(found.record));
 }
 

@@ -2,6 +2,8 @@
 // the data-plane loops. /metrics, /healthz, /readyz, and the support-staff record API.
 #pragma once
 
+#include <openssl/ssl.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,9 +24,12 @@ class Metrics;
 // The readiness probes, usable on their own (they block the calling thread, never a loop).
 // Empty on success, else the reason.
 std::string ProbeStore(Store* store, std::chrono::milliseconds timeout);
-std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout);
+// `tls` (may be null): an https upstream, probed with a verified TLS handshake.
+std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout,
+                          SSL_CTX* tls = nullptr);
 // "" when at least one server of the group answers ProbeUpstream; else every server's error.
-std::string ProbeUpstreamGroup(const Config::Upstream& group, std::chrono::milliseconds timeout);
+std::string ProbeUpstreamGroup(const Config::Upstream& group, std::chrono::milliseconds timeout,
+                               SSL_CTX* tls = nullptr);
 
 class AdminServer {
  public:
@@ -46,6 +51,7 @@ class AdminServer {
   void HandleMetrics(evhttp_request* req);
   void HandleReady(evhttp_request* req);
   void HandleRecords(evhttp_request* req);
+  void HandleBackup(evhttp_request* req);
   void LookupRecord(evhttp_request* req, const ScopeId& scope, const std::string& key);
   // Refused (409) while an attempt's lease is alive, unless `force`; every delete is logged.
   void DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key,

@@ -217,6 +217,8 @@ void ClientConn::StartExchange() {
 
 void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
                               std::string_view extra_headers) {
+  // This request's X-Request-Id goes back with its answer (a replay's too: not the stored one).
+  const std::string request_id = exchange_ ? exchange_->request_id() : std::string();
   exchange_ = nullptr;
   if (state_ != State::kExchange && state_ != State::kRelaying) return;
   bool close = close_after_ || read_eof_ || worker_->draining();
@@ -226,7 +228,7 @@ void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bo
                                           : ConnectionHeader::kNone;
   bool send_body = false;
   std::string head = SerializeResponseHead(*response, replayed, connection, head_request_,
-                                           &send_body, extra_headers);
+                                           &send_body, extra_headers, request_id);
   if (!Write(std::move(head), send_body ? std::move(response) : nullptr)) {
     return Close(CloseReason::kWriteFailed);
   }

@@ -187,7 +187,8 @@ void ClientConn::OnResponseHead(Response head) {
   ConnectionHeader connection = close_after_ ? ConnectionHeader::kClose
                                 : http10_    ? ConnectionHeader::kKeepAlive
                                              : ConnectionHeader::kNone;
-  QueueOut(SerializeStreamedResponseHead(stored, framing, head.content_length, connection));
+  QueueOut(SerializeStreamedResponseHead(stored, framing, head.content_length, connection,
+                                         relay_.request_id));
   relay_.framing = framing;
   relay_.head_sent = true;
 }

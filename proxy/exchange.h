@@ -92,6 +92,8 @@ class Exchange {
   Phase phase() const { return phase_; }
   bool answered() const { return answered_; }
   Outcome outcome() const { return outcome_; }
+  // X-Request-Id: the client's, or made at Start (empty before it).
+  const std::string& request_id() const { return request_id_; }
 
  private:
   // The one place the phase changes: checks the transition (debug builds) and, entering Done,

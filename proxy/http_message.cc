@@ -243,6 +243,9 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
     // The gateway's own header (R2: a first answer never carries it), even from a backend that
     // deduplicates too.
     if (HeaderNameEquals(h.name, "Idempotent-Replayed")) continue;
+    // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
+    // replay never carries the first request's.
+    if (HeaderNameEquals(h.name, "X-Request-Id")) continue;
     // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
     // not stored.
     if (HeaderNameEquals(h.name, "Age")) continue;
@@ -253,17 +256,18 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
 }
 
 std::string SerializeResponse(const StoredResponse& response, bool replayed,
-                              ConnectionHeader connection, bool head_request) {
+                              ConnectionHeader connection, bool head_request,
+                              std::string_view request_id) {
   bool send_body = false;
-  std::string out =
-      SerializeResponseHead(response, replayed, connection, head_request, &send_body);
+  std::string out = SerializeResponseHead(response, replayed, connection, head_request, &send_body,
+                                          {}, request_id);
   if (send_body) out.append(response.body);
   return out;
 }
 
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
                                   ConnectionHeader connection, bool head_request, bool* send_body,
-                                  std::string_view extra_headers) {
+                                  std::string_view extra_headers, std::string_view request_id) {
   std::string out;
   out.reserve(256);
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
@@ -273,7 +277,11 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
     out.append(response.reason);
   }
   out.append("\r\n");
-  for (const auto& [name, value] : response.headers) AppendHeader(&out, name, value);
+  for (const auto& [name, value] : response.headers) {
+    if (!request_id.empty() && HeaderNameEquals(name, "X-Request-Id")) continue;
+    AppendHeader(&out, name, value);
+  }
+  if (!request_id.empty()) AppendHeader(&out, "X-Request-Id", request_id);
   if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
   out.append(extra_headers);
   const bool no_body_status =
@@ -291,13 +299,15 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
 }
 
 std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
-                                          int64_t length, ConnectionHeader connection) {
+                                          int64_t length, ConnectionHeader connection,
+                                          std::string_view request_id) {
   std::string out;
   out.reserve(256);
   out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
   out.append(response.reason.empty() ? StandardReasonPhrase(response.status) : response.reason);
   out.append("\r\n");
   for (const auto& [name, value] : response.headers) AppendHeader(&out, name, value);
+  if (!request_id.empty()) AppendHeader(&out, "X-Request-Id", request_id);
   if (framing == BodyFraming::kLength) AppendHeader(&out, "Content-Length", std::to_string(length));
   if (framing == BodyFraming::kChunked) AppendHeader(&out, "Transfer-Encoding", "chunked");
   if (connection == ConnectionHeader::kClose) AppendHeader(&out, "Connection", "close");

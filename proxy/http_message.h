@@ -104,32 +104,36 @@ std::string SerializeUpstreamRequestHead(const Request& request, std::string_vie
                                          std::string_view default_host = {},
                                          std::string_view host_override = {});
 
-// Turns an upstream response into what is stored and replayed: hop-by-hop headers and
-// Content-Length dropped, everything else in order, byte for byte. The answer to a HEAD keeps
-// the upstream's Content-Length: it gives the size of a body that is not sent, which the
-// gateway cannot recompute.
+// Turns an upstream response into what is stored and replayed: hop-by-hop headers,
+// X-Request-Id (every answer carries its own request's) and Content-Length dropped, everything
+// else in order, byte for byte. The answer to a HEAD keeps the upstream's Content-Length: it
+// gives the size of a body that is not sent, which the gateway cannot recompute.
 StoredResponse ToStoredResponse(const Response& response, bool head_request);
 
 // The Connection header of an answer: none (HTTP/1.1 keeps the connection by default), close,
 // or keep-alive (an HTTP/1.0 client that asked for it must be told it was granted).
 enum class ConnectionHeader { kNone, kClose, kKeepAlive };
 
-// The bytes sent to the client: status line, the stored headers, Idempotent-Replayed when
-// `replayed`, Content-Length, then `connection`. A HEAD request, 1xx, 204 and 304 get no body
-// (for HEAD the Content-Length still tells the body's size).
+// The bytes sent to the client: status line, the stored headers, X-Request-Id (this request's,
+// in place of any stored one) unless `request_id` is empty, Idempotent-Replayed when `replayed`,
+// Content-Length, then `connection`. A HEAD request, 1xx, 204 and 304 get no body (for HEAD the
+// Content-Length still tells the body's size).
 std::string SerializeResponse(const StoredResponse& response, bool replayed,
-                              ConnectionHeader connection, bool head_request);
+                              ConnectionHeader connection, bool head_request,
+                              std::string_view request_id = {});
 // The same bytes up to and including the blank line; *send_body tells whether response.body
 // follows them (so a caller can send the body without copying it).
 // `extra_headers`: ready header lines of this answer only, sent after Idempotent-Replayed.
 std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
                                   ConnectionHeader connection, bool head_request, bool* send_body,
-                                  std::string_view extra_headers = {});
+                                  std::string_view extra_headers = {},
+                                  std::string_view request_id = {});
 
 // The head of a streamed (passthrough) answer: status line, `response`'s headers (from
-// ToStoredResponse; its body is ignored), then the framing (`length` for kLength) and
-// `connection`.
+// ToStoredResponse; its body is ignored), X-Request-Id unless `request_id` is empty, then the
+// framing (`length` for kLength) and `connection`.
 std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
-                                          int64_t length, ConnectionHeader connection);
+                                          int64_t length, ConnectionHeader connection,
+                                          std::string_view request_id = {});
 
 }  // namespace idemgate

@@ -32,6 +32,7 @@
 #include "proxy/replay_cache.h"
 #include "proxy/wait_registry.h"
 #include "proxy/worker.h"
+#include "store/store_backup.h"
 #include "store/store_factory.h"
 
 
@@ -47,12 +48,16 @@ constexpr char kUsage[] =
     "       idemgate --accept-new-signature --config FILE\n"
     "                run, accepting key settings (idempotency.header, fingerprint_headers,\n"
     "                scope.header, the scope secret) other than those the store was written with\n"
+    "       idemgate --restore CHECKPOINT --config FILE\n"
+    "                copy a checkpoint made by POST /backup into store.path (new or empty;\n"
+    "                the gateway stopped), check that it opens, and exit\n"
     "       idemgate --version | --help\n";
 
 struct Args {
   std::string config_path;
   bool check_only = false;
   bool accept_new_signature = false;  // start although the store's settings signature differs
+  std::string restore_from;           // --restore: a checkpoint directory
 };
 
 // Returns -1 to go on, or an exit code.
@@ -69,6 +74,8 @@ int ParseArgs(int argc, char** argv, Args* args) {
       args->check_only = true;
     } else if (arg == "--accept-new-signature") {
       args->accept_new_signature = true;
+    } else if (arg == "--restore" && i + 1 < argc) {
+      args->restore_from = argv[++i];
     } else if (arg == "--config" && i + 1 < argc) {
       args->config_path = argv[++i];
     } else if (arg.rfind("--config=", 0) == 0) {
@@ -337,6 +344,36 @@ bool RunPreflight(const Config& config, const std::string& config_path) {
   return problems.empty();
 }
 
+// --restore: the checkpoint's files copied into store.path, then opened once (a damaged copy
+// fails here, not at the next start). The store's settings signature comes with the copy.
+int Restore(const Config& config, const std::string& from) {
+  if (config.store.backend != "rocksdb") {
+    Log(LogLevel::kError, "main",
+        "--restore is for the embedded (rocksdb) store; restore PostgreSQL with pg_restore or "
+        "point-in-time recovery");
+    return 1;
+  }
+  if (std::string e = RestoreCheckpoint(from, config.store.path); !e.empty()) {
+    LogF(LogLevel::kError, "main", "restore failed: %s", e.c_str());
+    return 1;
+  }
+  SystemClock clock;
+  StoreHooks hooks;
+  hooks.clock = &clock;
+  std::string error;
+  std::unique_ptr<Store> store = OpenStore(config, hooks, &error);
+  if (!store) {
+    LogF(LogLevel::kError, "main", "the restored store does not open: %s",
+         ExplainStoreOpenError(config.store.path, error).c_str());
+    return 1;
+  }
+  uint64_t records = store->ApproximateRecords();
+  store->Close();
+  printf("restored %s into store.path %s (about %llu records); start idemgate with this config\n",
+         from.c_str(), config.store.path.c_str(), static_cast<unsigned long long>(records));
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Args args;
   if (int rc = ParseArgs(argc, argv, &args); rc >= 0) return rc;
@@ -348,6 +385,8 @@ int Main(int argc, char** argv) {
     Log(LogLevel::kError, "config", loaded.error);
     return 1;
   }
+  // A restore needs only store.path: an upstream that does not resolve right now must not stop it.
+  if (!args.restore_from.empty()) return Restore(*loaded.config, args.restore_from);
   if (!RunPreflight(*loaded.config, args.config_path)) return 1;
   if (args.check_only) {
     printf("%s: configuration OK\n", args.config_path.c_str());

@@ -111,12 +111,27 @@ void Histogram::AddTo(std::vector<uint64_t>* counts, uint64_t* sum) const {
   *sum += Load(sum_);
 }
 
+bool CanBeRejected(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kIdempotencyKeyInUse:   // outcome in_flight
+    case ErrorCode::kIdempotencyKeyReused:  // outcome mismatch
+    case ErrorCode::kUpstreamUnavailable:   // passthrough, or fresh/takeover (claim released)
+    case ErrorCode::kUpstreamFailed:        // sent upstream: fresh, takeover, lost_attempt, ...
+    case ErrorCode::kNotForwarded:          // a claim that ran out: fresh or takeover
+    case ErrorCode::kUpstreamTimeout:
+      return false;
+    default:
+      return true;
+  }
+}
+
 MetricsShard::MetricsShard()
-    : request_latency_(RequestBoundsUs()),
-      upstream_latency_(RequestBoundsUs()),
+    : upstream_latency_(RequestBoundsUs()),
       wait_latency_(RequestBoundsUs()),
       store_latency_{Histogram(StoreBoundsUs()), Histogram(StoreBoundsUs()),
-                     Histogram(StoreBoundsUs())} {}
+                     Histogram(StoreBoundsUs())} {
+  for (size_t i = 0; i < kOutcomeCount; ++i) request_latency_.emplace_back(RequestBoundsUs());
+}
 
 void MetricsShard::RecordExchange(const ExchangeSample& s) {
   Inc(outcomes_[static_cast<size_t>(s.outcome)]);
@@ -130,7 +145,8 @@ void MetricsShard::RecordExchange(const ExchangeSample& s) {
   if (s.upstream_error && *s.upstream_error != UpstreamError::kNone) {
     Inc(upstream_errors_[static_cast<size_t>(*s.upstream_error)]);
   }
-  request_latency_.Observe(static_cast<uint64_t>(std::max<int64_t>(0, s.total_us)));
+  request_latency_[static_cast<size_t>(s.outcome)].Observe(
+      static_cast<uint64_t>(std::max<int64_t>(0, s.total_us)));
   if (s.upstream_us >= 0) upstream_latency_.Observe(static_cast<uint64_t>(s.upstream_us));
   if (s.wait_end != WaitEnd::kNone) {
     Inc(waits_[static_cast<size_t>(s.wait_end)]);
@@ -188,6 +204,7 @@ std::string Metrics::Render() const {
     w.Sample("idemgate_requests_total", Label("outcome", OutcomeName(outcome)), outcomes[i]);
   }
   for (size_t i = 0; i < kErrorCodeCount; ++i) {
+    if (!CanBeRejected(static_cast<ErrorCode>(i))) continue;
     const char* code = GetErrorInfo(static_cast<ErrorCode>(i)).code;
     w.Sample("idemgate_requests_total", Label("outcome", "rejected") + "," + Label("code", code),
              rejected[i]);
@@ -229,9 +246,14 @@ void Metrics::RenderHistograms(MetricsWriter* w) const {
     }
     w->HistogramSamples(name, labels, first->bounds(), counts, sum, scale);
   };
-  render(
-      "idemgate_request_duration_seconds", "Time from a complete request to its answer.", "",
-      [](const MetricsShard& s) -> const Histogram& { return s.request_latency_; }, true, 1e-6);
+  for (size_t i = 0; i < kOutcomeCount; ++i) {
+    render(
+        "idemgate_request_duration_seconds",
+        "Time from a complete request to its answer, by outcome.",
+        Label("outcome", OutcomeName(static_cast<Outcome>(i))),
+        [i](const MetricsShard& s) -> const Histogram& { return s.request_latency_[i]; }, i == 0,
+        1e-6);
+  }
   render(
       "idemgate_upstream_duration_seconds", "Time from sending upstream to its outcome.", "",
       [](const MetricsShard& s) -> const Histogram& { return s.upstream_latency_; }, true, 1e-6);
@@ -259,6 +281,13 @@ void Metrics::RenderGauges(MetricsWriter* w) const {
   w->Family("idemgate_access_log_dropped_total", "counter",
             "Access log lines dropped because the write buffer was full.");
   w->Sample("idemgate_access_log_dropped_total", "", log_dropped_ ? log_dropped_() : 0);
+  w->Family("idemgate_backups_total", "counter", "POST /backup calls by result.");
+  w->Sample("idemgate_backups_total", Label("result", "written"), Load(backups_written_));
+  w->Sample("idemgate_backups_total", Label("result", "failed"), Load(backups_failed_));
+  w->Family("idemgate_backup_last_written_timestamp_seconds", "gauge",
+            "When the last backup was written (Unix time; 0: none since the gateway started).");
+  w->Sample("idemgate_backup_last_written_timestamp_seconds", "",
+            static_cast<uint64_t>(last_backup_ms_.load(std::memory_order_relaxed) / 1000));
   RenderConnectionLimits(w);
   RenderWaits(w);
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,11 @@ class MetricsWriter;
 inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kRejected) + 1;
 inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::kUpstreamTimeout) + 1;
 inline constexpr size_t kUpstreamErrorCount = static_cast<size_t>(UpstreamError::kTimeout) + 1;
+
+// The codes an answer with outcome "rejected" can carry: those the gateway answers before
+// anything went upstream, outside the in_flight (409) and mismatch (422) outcomes. Only these get
+// an idemgate_requests_total{outcome="rejected",code} series, so no series stays 0 forever.
+bool CanBeRejected(ErrorCode code);
 
 enum class StoreOp { kClaim, kComplete, kRelease };
 inline constexpr size_t kStoreOpCount = 3;
@@ -97,7 +103,7 @@ class MetricsShard {
   std::array<std::atomic<uint64_t>, kCloseReasonCount> closed_{};  // by CloseReason
   std::atomic<uint64_t> accept_errors_{0};
   std::atomic<uint64_t> answers_dropped_{0};
-  Histogram request_latency_;
+  std::deque<Histogram> request_latency_;  // by Outcome (a deque: Histogram does not move)
   Histogram upstream_latency_;
   std::array<std::atomic<uint64_t>, kWaitEndCount> waits_{};  // §10: by WaitEnd (kNone unused)
   Histogram wait_latency_;
@@ -118,6 +124,11 @@ class Metrics {
   // More families, rendered at scrape time after these (build, process, reload: ops_metrics.h).
   void SetExtraSource(std::function<std::string()> fn) { extra_ = std::move(fn); }
   void SetUnsentBytesSource(std::function<uint64_t()> fn) { unsent_bytes_ = std::move(fn); }
+  // POST /backup's outcome (the admin thread); `unix_ms`: when a written one finished.
+  void BackupFinished(bool written, int64_t unix_ms) {
+    (written ? backups_written_ : backups_failed_).fetch_add(1, std::memory_order_relaxed);
+    if (written) last_backup_ms_.store(unix_ms, std::memory_order_relaxed);
+  }
   void SetWaitersSource(std::function<uint64_t()> fn) { waiters_ = std::move(fn); }
 
   // The Prometheus text exposition format, version 0.0.4.
@@ -135,6 +146,9 @@ class Metrics {
   std::function<uint64_t()> log_dropped_;
   std::function<std::string()> extra_;
   std::function<uint64_t()> unsent_bytes_;
+  std::atomic<uint64_t> backups_written_{0};
+  std::atomic<uint64_t> backups_failed_{0};
+  std::atomic<int64_t> last_backup_ms_{0};  // 0: none written since start
   std::function<uint64_t()> waiters_;
 };
 

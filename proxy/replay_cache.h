@@ -82,6 +82,7 @@ class CachingStore : public Store {
     return inner_->PutMeta(name, value);
   }
   uint64_t ApproximateRecords() override { return inner_->ApproximateRecords(); }
+  StoreStatus Checkpoint(const std::string& dir) override { return inner_->Checkpoint(dir); }
   void Close() override { inner_->Close(); }
 
  private:

@@ -3,6 +3,9 @@
 
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
+#include <poll.h>
+
+#include <chrono>
 
 namespace idemgate {
 
@@ -72,6 +75,50 @@ SSL* NewUpstreamSsl(SSL_CTX* ctx, const std::string& host) {
     SSL_set1_host(ssl, host.c_str());
   }
   return ssl;
+}
+
+std::string DescribeTlsFailure(SSL* ssl, unsigned long openssl_error, const std::string& host) {
+  long verify = ssl != nullptr ? SSL_get_verify_result(ssl) : X509_V_OK;
+  if (verify != X509_V_OK) {
+    return "TLS certificate verification failed for " + host + ": " +
+           X509_verify_cert_error_string(verify);
+  }
+  if (openssl_error == 0) return {};
+  char buf[256];
+  ERR_error_string_n(openssl_error, buf, sizeof(buf));
+  return std::string("TLS handshake failed: ") + buf;
+}
+
+std::string ProbeTlsHandshake(int fd, SSL_CTX* ctx, const std::string& host, int timeout_ms) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  ERR_clear_error();
+  SSL* ssl = NewUpstreamSsl(ctx, host);
+  if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+    if (ssl != nullptr) SSL_free(ssl);
+    return "TLS setup failed: " + OpenSslError();
+  }
+  std::string error;
+  for (;;) {
+    int rc = SSL_connect(ssl);
+    if (rc == 1) break;
+    int want = SSL_get_error(ssl, rc);
+    if (want != SSL_ERROR_WANT_READ && want != SSL_ERROR_WANT_WRITE) {
+      error = DescribeTlsFailure(ssl, ERR_peek_last_error(), host);
+      if (error.empty()) error = "TLS handshake failed: the upstream closed the connection";
+      break;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{fd, static_cast<short>(want == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+      error = "no TLS handshake within " + std::to_string(timeout_ms) + "ms";
+      break;
+    }
+  }
+  if (error.empty()) SSL_shutdown(ssl);  // close_notify; the answer is not awaited
+  ERR_clear_error();
+  SSL_free(ssl);
+  return error;
 }
 
 }  // namespace idemgate

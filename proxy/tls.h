@@ -27,4 +27,14 @@ SSL* NewUpstreamSsl(SSL_CTX* ctx, const std::string& host);
 // The last OpenSSL error as text (and clears the queue).
 std::string OpenSslError();
 
+// Why an upstream TLS handshake on `ssl` with `host` failed: the certificate check's reason
+// ("TLS certificate verification failed for HOST: hostname mismatch"), else `openssl_error` (an
+// ERR_ code, 0 for none) as text. Empty when neither says anything (the failure was not TLS's).
+std::string DescribeTlsFailure(SSL* ssl, unsigned long openssl_error, const std::string& host);
+
+// A blocking TLS handshake with an https upstream over the connected socket `fd` (readiness
+// probe: the admin thread, never a loop), verified like the data plane's (NewUpstreamSsl), then
+// closed with close_notify. Empty on success, else why (verification, handshake, timeout).
+std::string ProbeTlsHandshake(int fd, SSL_CTX* ctx, const std::string& host, int timeout_ms);
+
 }  // namespace idemgate

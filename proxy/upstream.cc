@@ -290,10 +290,7 @@ class UpstreamConn final : public StreamCall {
       return;
     }
     if (!done_) return Die();  // idle connection closed or failed
-    if (connecting_) {
-      return Fail(UpstreamError::kUnavailable,
-                  std::string("connect failed: ") + strerror(EVUTIL_SOCKET_ERROR()));
-    }
+    if (connecting_) return Fail(UpstreamError::kUnavailable, ConnectFailure());
     if (what & BEV_EVENT_EOF) {
       eof_ = true;
       OnRead();  // anything still buffered
@@ -331,8 +328,33 @@ class UpstreamConn final : public StreamCall {
     return ssl != nullptr && (SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN) != 0;
   }
 
+  // Why connecting failed: over https, the certificate check or the handshake's error when
+  // there is one (the socket's errno says nothing then), else the socket's error.
+  std::string ConnectFailure() {
+    const int socket_error = EVUTIL_SOCKET_ERROR();
+    if (pool_->tls() != nullptr) {
+      std::string tls =
+          DescribeTlsFailure(bufferevent_openssl_get_ssl(bev_.get()),
+                             bufferevent_get_openssl_error(bev_.get()), pool_->host());
+      if (!tls.empty()) return tls;
+      if (TcpConnected()) return "TLS handshake failed: the upstream closed the connection";
+    }
+    return std::string("connect failed: ") + strerror(socket_error);
+  }
+
+  bool TcpConnected() const {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    return getpeername(bufferevent_getfd(bev_.get()), reinterpret_cast<sockaddr*>(&peer), &len) ==
+           0;
+  }
+
   void OnTimeout() {
-    if (connecting_) return Fail(UpstreamError::kUnavailable, "connect timeout");
+    if (connecting_) {
+      return Fail(UpstreamError::kUnavailable, pool_->tls() != nullptr && TcpConnected()
+                                                   ? "TLS handshake timeout"
+                                                   : "connect timeout");
+    }
     if (receiver_) return OnStreamTimeout();
     // After a pause (SIGSTOP, a stalled VM) the timer and the answer are due together, and the
     // timer may run first (epoll_wait returns EINTR on SIGCONT, so the loop handles timers

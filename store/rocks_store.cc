@@ -23,6 +23,7 @@
 #include "store/meta_file.h"
 #include "store/rocks_options.h"
 #include "store/rocks_store_internal.h"
+#include "store/store_backup.h"
 #include "store/ttl_filter.h"
 #include "store/writer_ledger.h"
 
@@ -75,6 +76,11 @@ class RocksStore final : public Store {
   uint64_t ApproximateRecords() override;
   StoreStatus GetMeta(std::string_view name, std::optional<std::string>* value) override;
   StoreStatus PutMeta(std::string_view name, std::string_view value) override;
+  StoreStatus Checkpoint(const std::string& dir) override {
+    std::shared_lock lock(db_mu_);  // a recovery does not swap the database under it
+    if (!db_) return {StoreCode::kShutdown, "the store is closed"};
+    return WriteRocksCheckpoint(db_.get(), path_, dir);
+  }
   void Close() override;
 
   rocksdb::DB* db() { return db_.get(); }

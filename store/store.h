@@ -138,6 +138,16 @@ class Store {
   // Approximate number of records stored (for metrics).
   virtual uint64_t ApproximateRecords() = 0;
 
+  // An online backup: a consistent copy of every record as the new directory `dir`, written
+  // while the store serves (blocks the caller, never the writer; see store_backup.h). Only the
+  // embedded store makes them; a database server has its own tools.
+  virtual StoreStatus Checkpoint(const std::string& dir) {
+    (void)dir;
+    return {StoreCode::kIoError,
+            "this store backend makes no checkpoints: back up a PostgreSQL store with pg_dump "
+            "or continuous archiving (PITR)"};
+  }
+
   // True when other processes change these records too (a shared database): a record this
   // process read may be deleted elsewhere, so nothing of it may be cached here.
   virtual bool Shared() const { return false; }

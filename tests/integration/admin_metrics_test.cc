@@ -94,8 +94,22 @@ TEST_F(AdminTest, EveryCounterMovesWithItsOutcome) {
   EXPECT_EQ(Value(m, "idemgate_upstream_errors_total{kind=\"unavailable\"}"), 1);
   EXPECT_EQ(Value(m, "idemgate_upstream_errors_total{kind=\"failed\"}"), 0);
   // Every answer is in the request histogram; only the five that went upstream in the other.
-  EXPECT_EQ(Value(m, "idemgate_request_duration_seconds_count"), 9);
-  EXPECT_EQ(Value(m, "idemgate_request_duration_seconds_bucket{le=\"+Inf\"}"), 9);
+  // The request histogram has one series per outcome (9 answers in all).
+  auto duration_count = [&](const char* outcome) {
+    return Value(
+        m, std::string("idemgate_request_duration_seconds_count{outcome=\"") + outcome + "\"}");
+  };
+  EXPECT_EQ(duration_count("fresh"), 4) << m;
+  EXPECT_EQ(duration_count("replay"), 1);
+  EXPECT_EQ(duration_count("mismatch"), 1);
+  EXPECT_EQ(duration_count("in_flight"), 1);
+  EXPECT_EQ(duration_count("passthrough"), 1);
+  EXPECT_EQ(duration_count("rejected"), 1);
+  EXPECT_EQ(duration_count("takeover"), 0);
+  EXPECT_EQ(Value(m, "idemgate_request_duration_seconds_bucket{outcome=\"fresh\",le=\"+Inf\"}"), 4);
+  // The 409 counted once, under in_flight: no rejected series for its code (it could not move).
+  EXPECT_EQ(m.find("outcome=\"rejected\",code=\"idempotency_key_in_use\""), std::string::npos);
+  EXPECT_EQ(m.find("outcome=\"rejected\",code=\"idempotency_key_reused\""), std::string::npos);
   EXPECT_EQ(Value(m, "idemgate_upstream_duration_seconds_count"), 5);
   EXPECT_EQ(Value(m, "idemgate_store_operation_duration_seconds_count{op=\"claim\"}"), 4);
   EXPECT_EQ(Value(m, "idemgate_store_operation_duration_seconds_count{op=\"complete\"}"), 3);

@@ -219,5 +219,49 @@ TEST_F(RecordApiTest, DeleteOfACompletedRecordNeedsNoForce) {
   EXPECT_EQ(upstream_.requests(), 2);
 }
 
+// A lookup that finds nothing says where it looked: the scope (16 hex digits of the scope id)
+// and the key_hash the access log shows for this key in that scope. The bare token (without
+// "Bearer ") names another scope, and the answer shows it.
+TEST_F(RecordApiTest, ALookupThatFindsNothingNamesItsScopeAndKeyHash) {
+  Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
+  StartWithAdmin(kToken);
+  ASSERT_EQ(Post("r-miss", "{}").status, 201);
+  std::string log;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       log.find("key_hash") == std::string::npos && std::chrono::steady_clock::now() < deadline;
+       log = dir_.ReadFile("access.log")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"re("key_hash":"([0-9a-f]{16})")re"))) << log;
+  const std::string logged = m[1].str();
+
+  static const std::regex kMiss(
+      R"re(^\{"error":"not_found","detail":"No live record for this key in scope ([0-9a-f]{16}) )re"
+      R"re(\(key_hash ([0-9a-f]{16}) in the access log\)\. .*whole credential header value)re"
+      R"re((?:[^"\\]|\\.)*","scope":"([0-9a-f]{16})","key_hash":"([0-9a-f]{16})"\}$)re");
+  HeaderList bare = {{"Authorization", std::string("Bearer ") + kToken},
+                     {"X-Idemgate-Credential", "merchant-demo"}};  // the scheme left out
+  HttpResponse wrong = Records("GET", "key=r-miss", bare);
+  ASSERT_EQ(wrong.status, 404) << wrong.raw;
+  std::string body = wrong.body.substr(0, wrong.body.find_last_not_of('\n') + 1);
+  ASSERT_TRUE(std::regex_match(body, m, kMiss)) << body;
+  EXPECT_EQ(m[1].str(), m[3].str());
+  EXPECT_EQ(m[2].str(), m[4].str());
+  EXPECT_NE(m[4].str(), logged);  // not the scope the request was stored under
+  const std::string wrong_scope = m[3].str();
+
+  // With the whole header value the record is found; once deleted, the miss names the logged
+  // key_hash.
+  ASSERT_EQ(Records("GET", "key=r-miss", Auth(kToken)).status, 200);
+  ASSERT_EQ(Records("DELETE", "key=r-miss", Auth(kToken)).status, 200);
+  HttpResponse gone = Records("GET", "key=r-miss", Auth(kToken));
+  ASSERT_EQ(gone.status, 404) << gone.raw;
+  body = gone.body.substr(0, gone.body.find_last_not_of('\n') + 1);
+  ASSERT_TRUE(std::regex_match(body, m, kMiss)) << body;
+  EXPECT_EQ(m[4].str(), logged);
+  EXPECT_NE(m[3].str(), wrong_scope);
+}
+
 }  // namespace
 }  // namespace idemgate::test

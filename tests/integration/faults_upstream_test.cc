@@ -65,7 +65,7 @@ TEST_P(FaultsUpstreamTest, GuardedFaultIsStoredAndConnectionNotReused) {
   HttpResponse replay = Post("k-fault", R"({"amount":"1"})");
   EXPECT_EQ(replay.status, c.status) << replay.raw;
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
-  EXPECT_EQ(WithoutReplayedHeader(replay.raw), first.raw);
+  EXPECT_EQ(WithoutReplayedHeader(replay.raw), WithoutRequestId(first.raw));
   EXPECT_EQ(upstream_.requests(), 1);  // the retry did not execute again
 
   // The next request needs a new upstream connection: the failed one was not pooled.
@@ -127,7 +127,7 @@ class FaultsFramingTest : public GatewayTest {
     int before = upstream_.requests();
     HttpResponse replay = Post(key, "{}");
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
-    EXPECT_EQ(WithoutReplayedHeader(replay.raw), first.raw);
+    EXPECT_EQ(WithoutReplayedHeader(replay.raw), WithoutRequestId(first.raw));
     EXPECT_EQ(upstream_.requests(), before);
   }
 };

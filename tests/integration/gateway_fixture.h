@@ -48,14 +48,22 @@ inline std::string ErrorCodeOf(const HttpResponse& r) {
   return std::regex_search(r.body, m, kError) ? m[1].str() : "";
 }
 
-// The raw bytes of a replay are the first answer's plus Idempotent-Replayed and Age (R2, R6).
+// An answer's bytes without its X-Request-Id line: every answer carries its own request's id.
+inline std::string WithoutRequestId(std::string raw) {
+  size_t at = raw.find("\r\nX-Request-Id: ");
+  if (at != std::string::npos) raw.erase(at, raw.find("\r\n", at + 2) - at);
+  return raw;
+}
+
+// The raw bytes of a replay are the first answer's plus Idempotent-Replayed and Age (R2, R6),
+// and its own request id: compare WithoutReplayedHeader(replay.raw) with WithoutRequestId(first.raw).
 inline std::string WithoutReplayedHeader(std::string raw) {
   const std::string line = "Idempotent-Replayed: true\r\n";
   size_t at = raw.find(line);
   if (at != std::string::npos) raw.erase(at, line.size());
   at = raw.find("\r\nAge: ");
   if (at != std::string::npos) raw.erase(at, raw.find("\r\n", at + 2) - at);
-  return raw;
+  return WithoutRequestId(std::move(raw));
 }
 
 // Runs the gateway binary with `args` to its exit (--version, --check-config, a refused start).

@@ -121,5 +121,59 @@ TEST_F(GatewayTest, RequestIdIsForwardedAndLogged) {
   EXPECT_NE(log.find("\"request_id\":\"" + made + "\""), std::string::npos) << log;
 }
 
+// Every answer carries its own request's X-Request-Id: a first answer, a replay (never the first
+// request's id, nor one the upstream echoed or set, which is not stored), a gateway error, a
+// passthrough. The access log has the replay under its own id.
+TEST_F(GatewayTest, EveryAnswerReturnsItsOwnRequestId) {
+  Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
+  upstream_.SetBehavior(UpstreamBehavior::Respond(
+      201, R"({"id":"pi_1"})",
+      {{"Content-Type", "application/json"}, {"X-Request-Id", "set-by-upstream"}}));
+  StartGateway();
+  auto with_id = [](const std::string& id) {
+    HeaderList h = kMerchant;
+    h.emplace_back("X-Request-Id", id);
+    return h;
+  };
+  HttpResponse first = Post("rid-r", "{}", "/v1/payment_intents", with_id("first-id"));
+  ASSERT_EQ(first.status, 201) << first.raw;
+  EXPECT_EQ(first.HeaderCount("X-Request-Id"), 1) << first.raw;
+  EXPECT_EQ(first.Header("X-Request-Id"), "first-id");
+
+  HttpResponse replay = Post("rid-r", "{}", "/v1/payment_intents", with_id("second-id"));
+  ASSERT_EQ(replay.Header("Idempotent-Replayed"), "true") << replay.raw;
+  EXPECT_EQ(replay.HeaderCount("X-Request-Id"), 1) << replay.raw;
+  EXPECT_EQ(replay.Header("X-Request-Id"), "second-id");
+  EXPECT_EQ(replay.raw.find("first-id"), std::string::npos) << replay.raw;
+  EXPECT_EQ(replay.raw.find("set-by-upstream"), std::string::npos) << replay.raw;
+  EXPECT_EQ(replay.body, first.body);
+  EXPECT_EQ(upstream_.requests(), 1);
+
+  HttpResponse made = Post("rid-r", "{}");  // none given: the gateway's own, returned
+  EXPECT_EQ(made.HeaderCount("X-Request-Id"), 1) << made.raw;
+  EXPECT_TRUE(
+      std::regex_match(made.Header("X-Request-Id").value_or(""), std::regex("[0-9a-f]{32}")))
+      << made.raw;
+
+  HttpResponse rejected = Post("rid-401", "{}", "/v1/payment_intents", {{"X-Request-Id", "e-1"}});
+  EXPECT_EQ(rejected.status, 401) << rejected.raw;
+  EXPECT_EQ(rejected.Header("X-Request-Id"), "e-1");
+  TestClient client(port_);
+  HttpResponse passthrough = client.Request("GET", "/v1/things", {{"X-Request-Id", "p-1"}});
+  EXPECT_EQ(passthrough.HeaderCount("X-Request-Id"), 1) << passthrough.raw;
+  EXPECT_EQ(passthrough.Header("X-Request-Id"), "p-1");
+
+  std::string log;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       log.find("\"request_id\":\"p-1\"") == std::string::npos &&
+       std::chrono::steady_clock::now() < deadline;
+       log = dir_.ReadFile("access.log")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(log.find("\"request_id\":\"second-id\",\"status\":201,\"outcome\":\"replay\""),
+            std::string::npos)
+      << log;
+}
+
 }  // namespace
 }  // namespace idemgate::test

@@ -46,7 +46,7 @@ TEST_F(PgGatewaysTest, ReplayAndMismatchFromTheInstanceThatDidNotExecute) {
   HttpResponse replay = Post(1, "order-1001", R"({"amount":"5"})");
   EXPECT_EQ(replay.status, 201);
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
-  EXPECT_EQ(FirstAnswerBytes(replay.raw), made.raw);  // byte for byte
+  EXPECT_EQ(FirstAnswerBytes(replay.raw), WithoutRequestId(made.raw));  // byte for byte
   HttpResponse reused = Post(1, "order-1001", R"({"amount":"999"})");
   EXPECT_EQ(reused.status, 422);
   EXPECT_EQ(ErrorCodeOf(reused), "idempotency_key_reused");

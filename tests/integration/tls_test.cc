@@ -1,6 +1,12 @@
 // TLS through the real binary: the client-facing listener (curl with the right CA, without it,
 // with the wrong one, TLS 1.1) and https upstreams (CA file, wrong CA, IP SAN, name mismatch).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <regex>
+#include <thread>
 
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/tls_tools.h"
@@ -279,9 +285,91 @@ TEST_F(HttpsUpstreamTest, CertificateWithoutTheNameIs502) {
   StartFront("localhost", ca_.cert);
   ExpectUnavailable("up-name");
   EXPECT_EQ(upstream_.requests(), 0);
+  EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: TLS certificate "
+                                     "verification failed for localhost: hostname mismatch"))
+      << gateway_.log();
   StartFront("127.0.0.1", ca_.cert);  // no IP SAN either
   ExpectUnavailable("up-name");
   EXPECT_EQ(upstream_.requests(), 0);
+  EXPECT_TRUE(gateway_.WaitForOutput(
+      "TLS certificate verification failed for 127.0.0.1: IP address mismatch"))
+      << gateway_.log();
+}
+
+// A certificate the gateway does not trust: the log and the access log say why, and /readyz
+// is not green (it completes a verified handshake, not just a TCP connect). With the right CA,
+// /readyz is green.
+TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
+  StartTlsOrigin(server_);
+  Set("admin", "address", "\"127.0.0.1:0\"");
+  Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
+  StartFront("localhost", wrong_ca_.cert);
+  uint16_t admin = gateway_.WaitForPort("admin listening on ");
+  ASSERT_NE(admin, 0) << gateway_.log();
+  ExpectUnavailable("up-why");
+  const std::string why = "TLS certificate verification failed for localhost: ";
+  EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: " + why))
+      << gateway_.log();
+  std::string log;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       log.find("upstream_unavailable") == std::string::npos &&
+       std::chrono::steady_clock::now() < deadline;
+       log = dir_.ReadFile("access.log")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(log.find("\"error\":\"upstream_unavailable\",\"error_detail\":\"" + why),
+            std::string::npos)
+      << log;
+
+  HttpResponse ready = TestClient(admin).Request("GET", "/readyz");
+  EXPECT_EQ(ready.status, 503) << ready.raw;
+  EXPECT_NE(
+      ready.body.find("\"upstream\":\"localhost:" + std::to_string(origin_port_) + ": " + why),
+      std::string::npos)
+      << ready.body;
+  EXPECT_NE(ready.body.find("\"store\":\"ok\""), std::string::npos) << ready.body;
+
+  StartFront("localhost", ca_.cert);
+  admin = gateway_.WaitForPort("admin listening on ");
+  HttpResponse green = TestClient(admin).Request("GET", "/readyz");
+  EXPECT_EQ(green.status, 200) << green.raw;
+  EXPECT_EQ(upstream_.requests(), 0);  // the probes never sent a request
+}
+
+
+// An https upstream that accepts TCP but never answers the TLS handshake (a listener that never
+// accepts: the kernel completes the TCP handshake): a handshake timeout, not a "connect timeout",
+// in the log; /readyz says so too.
+TEST_F(GatewayTest, HttpsUpstreamThatNeverHandshakesIsAHandshakeTimeout) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  Set("upstream", "url", "\"https://127.0.0.1:" + port + "\"");
+  Set("upstream", "connect_timeout", "\"500ms\"");
+  Set("admin", "address", "\"127.0.0.1:0\"");
+  StartGateway();
+  uint16_t admin = gateway_.WaitForPort("admin listening on ");
+  ASSERT_NE(admin, 0) << gateway_.log();
+
+  HttpResponse r = Post("hs-1", kBody);
+  EXPECT_EQ(r.status, 502) << r.raw;
+  EXPECT_EQ(ErrorCodeOf(r.body), "upstream_unavailable") << r.body;
+  EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: TLS handshake timeout"))
+      << gateway_.log();
+  HttpResponse ready = TestClient(admin).Request("GET", "/readyz");
+  EXPECT_EQ(ready.status, 503) << ready.raw;
+  EXPECT_NE(ready.body.find("\"upstream\":\"127.0.0.1:" + port +
+                            ": no TLS handshake within 500ms\""),
+            std::string::npos)
+      << ready.body;
+  close(fd);
 }
 
 // An https group: a server whose TLS handshake fails (its certificate lacks the name) never got

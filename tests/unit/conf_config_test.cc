@@ -126,6 +126,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "server.shutdown_grace",
                                          "admin.address",
                                          "admin.token",
+                                         "admin.backup_dir",
                                          "log.access"};
   std::istringstream in(ReadText(ConfDir() / "idemgate.toml"));
   std::vector<std::string> found;

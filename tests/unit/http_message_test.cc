@@ -164,6 +164,26 @@ TEST(HttpMessage, UpstreamIdempotentReplayedIsNotStored) {
   EXPECT_EQ(replay.find("Idempotent-Replayed"), replay.rfind("Idempotent-Replayed")) << replay;
 }
 
+// Every answer carries its own request's X-Request-Id: the upstream's (an echo of the first
+// request's id) is not stored, and the id given to the serializer replaces any stored one.
+TEST(HttpMessage, EachAnswerCarriesItsOwnRequestId) {
+  Response r = UpstreamResponse();
+  r.headers.emplace_back("x-request-id", "first-request");
+  StoredResponse s = ToStoredResponse(r, /*head_request=*/false);
+  for (const auto& [name, value] : s.headers) EXPECT_NE(value, "first-request") << name;
+  std::string replay = SerializeResponse(s, true, ConnectionHeader::kNone, false, "second");
+  EXPECT_NE(replay.find("\r\nX-Request-Id: second\r\nIdempotent-Replayed: true\r\n"),
+            std::string::npos)
+      << replay;
+  s.headers.emplace_back("X-Request-Id", "stored-before");  // a record written before this
+  replay = SerializeResponse(s, true, ConnectionHeader::kNone, false, "third");
+  EXPECT_EQ(replay.find("stored-before"), std::string::npos) << replay;
+  EXPECT_EQ(replay.find("X-Request-Id"), replay.rfind("X-Request-Id")) << replay;
+  // Without an id (an answer before any request was read), the headers are as stored.
+  EXPECT_NE(SerializeResponse(s, false, ConnectionHeader::kNone, false).find("stored-before"),
+            std::string::npos);
+}
+
 TEST(HttpMessage, AnswerToHeadKeepsTheUpstreamLengthOnce) {
   Response r = UpstreamResponse();
   r.status = 200;

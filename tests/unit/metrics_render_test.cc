@@ -28,7 +28,31 @@ TEST(MetricsRender, ZeroSeriesArePresentBeforeAnyTraffic) {
   EXPECT_EQ(Value(text, "idemgate_upstream_errors_total{kind=\"too_large\"}"), 0);
   EXPECT_EQ(Value(text, "idemgate_store_batch_size_count"), 0);
   EXPECT_EQ(Value(text, "idemgate_connections_open"), 0);
-  EXPECT_EQ(text.find("outcome=\"rejected\"}"), std::string::npos);  // only with a code
+  EXPECT_EQ(text.find("requests_total{outcome=\"rejected\"}"), std::string::npos);  // + code
+}
+
+// A 409 counts under in_flight and a 422 under mismatch, never under rejected: no rejected
+// series for those codes (nor for the upstream's, which are answered after a claim or as
+// passthrough), since such a series could never move.
+TEST(MetricsRender, NoRejectedSeriesForCodesThatAreNeverRejected) {
+  Metrics metrics(1);
+  std::string text = metrics.Render();
+  for (const char* code :
+       {"idempotency_key_in_use", "idempotency_key_reused", "upstream_unavailable",
+        "upstream_failed", "not_forwarded", "upstream_timeout"}) {
+    EXPECT_EQ(text.find("outcome=\"rejected\",code=\"" + std::string(code) + "\""),
+              std::string::npos)
+        << code;
+    EXPECT_EQ(Value(text, "idemgate_error_responses_total{code=\"" + std::string(code) + "\"}"), 0);
+  }
+  for (const char* code :
+       {"bad_request", "missing_credentials", "idempotency_key_missing", "idempotency_key_invalid",
+        "request_timeout", "request_too_large", "headers_too_large", "store_unavailable"}) {
+    EXPECT_EQ(Value(text, "idemgate_requests_total{outcome=\"rejected\",code=\"" +
+                              std::string(code) + "\"}"),
+              0)
+        << code;
+  }
 }
 
 // SPEC §10: waiters now (a gauge read at scrape time), waits by how they ended, wait durations.
@@ -109,12 +133,19 @@ TEST(MetricsRender, ShardsAreSummedAtScrape) {
       1);
   EXPECT_EQ(Value(t, "idemgate_error_responses_total{code=\"idempotency_key_invalid\"}"), 1);
   EXPECT_EQ(Value(t, "idemgate_upstream_responses_total{class=\"2xx\"}"), 2);
-  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_bucket{le=\"0.0005\"}"), 0);
-  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_bucket{le=\"0.001\"}"), 2);
-  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_bucket{le=\"30\"}"), 2);
-  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_bucket{le=\"+Inf\"}"), 3);
-  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_count"), 3);
-  EXPECT_DOUBLE_EQ(Value(t, "idemgate_request_duration_seconds_sum"), 40.0014);
+  // Request duration by outcome: the two fresh ones, and the rejected one apart.
+  const std::string fresh_h = "idemgate_request_duration_seconds_bucket{outcome=\"fresh\",";
+  EXPECT_EQ(Value(t, fresh_h + "le=\"0.0005\"}"), 0);
+  EXPECT_EQ(Value(t, fresh_h + "le=\"0.001\"}"), 2);
+  EXPECT_EQ(Value(t, fresh_h + "le=\"+Inf\"}"), 2);
+  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_count{outcome=\"fresh\"}"), 2);
+  EXPECT_DOUBLE_EQ(Value(t, "idemgate_request_duration_seconds_sum{outcome=\"fresh\"}"), 0.0014);
+  const std::string rejected_h = "idemgate_request_duration_seconds_bucket{outcome=\"rejected\",";
+  EXPECT_EQ(Value(t, rejected_h + "le=\"30\"}"), 0);
+  EXPECT_EQ(Value(t, rejected_h + "le=\"+Inf\"}"), 1);
+  EXPECT_DOUBLE_EQ(Value(t, "idemgate_request_duration_seconds_sum{outcome=\"rejected\"}"), 40);
+  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_count{outcome=\"replay\"}"), 0);
+  EXPECT_EQ(Value(t, "idemgate_request_duration_seconds_count"), -1);  // no unlabelled series
   EXPECT_EQ(Value(t, "idemgate_upstream_duration_seconds_bucket{le=\"0.0025\"}"), 0);
   EXPECT_EQ(Value(t, "idemgate_upstream_duration_seconds_bucket{le=\"0.005\"}"), 2);
   EXPECT_EQ(Value(t, "idemgate_upstream_duration_seconds_count"), 2);  // not the rejected one

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -381,6 +382,21 @@ TEST_P(StoreContract, ExactlyOneFreshPerKeyThenEveryoneReplays) {
     LookupResult l = store_->Lookup(Scope(7), KeyName(k), LookupMode::kMayBlock);
     ASSERT_EQ(l.outcome, LookupOutcome::kFound);
     EXPECT_EQ(l.record.response.body, "body of " + KeyName(k));
+  }
+}
+
+// An online backup: the embedded store writes a checkpoint; PostgreSQL makes none and says which
+// tools back it up.
+TEST_P(StoreContract, CheckpointOrWhichToolToUse) {
+  ASSERT_TRUE(CompleteNow(*store_, FreshClaim(Req("k")), Resp(201, "x")).ok());
+  TempDir dir;
+  StoreStatus status = store_->Checkpoint(dir.path() + "/checkpoint");
+  if (GetParam() == Kind::kRocks) {
+    EXPECT_TRUE(status.ok()) << status.message;
+  } else {
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(status.message.find("pg_dump"), std::string::npos) << status.message;
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/checkpoint"));
   }
 }
 
