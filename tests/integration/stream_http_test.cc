@@ -355,5 +355,19 @@ TEST_F(StreamTest, GuardedRequestsKeepTheirLimits) {
   EXPECT_EQ(seen->body.size(), body.size());
 }
 
+// A relayed answer is not stored, so an upstream cache's own Age reaches the client unchanged;
+// a guarded answer drops it (R6: a replay's Age is the gateway's).
+TEST_F(StreamTest, RelayedAnswerKeepsTheUpstreamsAge) {
+  upstream_.SetBehavior(UpstreamBehavior::Respond(200, "cached", {{"Age", "42"}}));
+  StartGateway();
+  TestClient client(port_);
+  HttpResponse relayed = client.Request("GET", "/v1/cached");
+  EXPECT_EQ(relayed.status, 200) << relayed.raw;
+  EXPECT_EQ(relayed.Header("Age").value_or(""), "42") << relayed.raw;
+  HttpResponse guarded = Post("k-age", "{}");
+  EXPECT_EQ(guarded.status, 200) << guarded.raw;
+  EXPECT_FALSE(guarded.Header("Age").has_value()) << guarded.raw;
+}
+
 }  // namespace
 }  // namespace idemgate::test
