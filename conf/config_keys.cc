@@ -346,7 +346,7 @@ const KeySpec kKeys[] = {
     {"admin", "address", Kind::kString, kRestart, FIELD(admin.address), 0, 0, CheckAdminAddress,
      "Admin listener address, \"host:port\" (\"\" = no admin listener)."},
     {"admin", "token", Kind::kString, kLive, FIELD(admin.token), 0, 0, nullptr,
-     "Bearer token for the admin record API (\"\" = the record API is off)."},
+     "Bearer token for the admin record and backup API (\"\" = both are off)."},
     {"admin", "backup_dir", Kind::kString, kLive, FIELD(admin.backup_dir), 0, 0, nullptr,
      "Directory where POST /backup (admin token) writes store checkpoints (\"\" = backups off)."},
 

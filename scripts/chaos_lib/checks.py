@@ -20,12 +20,9 @@ def unrecorded(ans):
     return status == 502 and b"could not be recorded" in body
 
 
-# What only a replay carries (R2, R6) or what answers a client's Prefer (§10): not compared.
-PER_ANSWER = {"idempotent-replayed", "age", "preference-applied"}
-
-
-# What differs between two answers of one key by design: a replay's mark, and each request's id.
-PER_ANSWER = {"idempotent-replayed", "x-request-id"}
+# What differs between two answers of one key by design, so it is not compared: what only a
+# replay carries (R2, R6), what answers a client's Prefer (§10), and each request's own id.
+PER_ANSWER = {"idempotent-replayed", "age", "preference-applied", "x-request-id"}
 
 
 def norm(ans):
