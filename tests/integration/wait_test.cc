@@ -1,6 +1,11 @@
 // Through the real binary (SPEC §10, R6): a duplicate that finds its key in flight waits for the
 // first answer (Prefer: wait / idempotency.wait) instead of a 409, bounded and dropped cleanly;
 // replays say how old they are (Age).
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -245,6 +250,107 @@ TEST_F(WaitTest, ReplaysCarryAgeAndTheUpstreamsAgeIsNotStored) {
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(replay.HeaderCount("Age"), 1);
   EXPECT_EQ(replay.Header("Age"), "0");
+}
+
+// W2 + R3: the owner's upstream cannot be connected to (its connect times out: 502
+// upstream_unavailable, nothing stored, claim released); one parked waiter claims, becomes the
+// next attempt and executes once; the other waiters replay its answer.
+//
+// The owner's connect hangs on a listener whose accept queue is full (its SYNs are dropped).
+// The listener stays full until the owner's connect_timeout has answered 502, so the waiter that
+// claims next also sends a SYN into the full queue; the test then replaces the black hole with a
+// FakeUpstream on the same port, and that waiter's SYN retransmission (1 s later) connects (or
+// its first SYN, when it claims after the swap).
+// (Replacing it earlier would let the owner's own retransmitted SYN connect instead.)
+TEST_F(WaitTest, ReleasedClaimMakesOneWaiterTheNextAttemptAndTheOthersReplayIt) {
+  UniqueFd hole(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(hole.valid());
+  int one = 1;
+  setsockopt(hole.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(hole.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(hole.get(), 0), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(hole.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const uint16_t port = ntohs(addr.sin_port);
+  std::vector<UniqueFd> fillers;
+  bool full = false;
+  for (int i = 0; i < 8 && !full; ++i) {
+    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    pollfd p{fd.get(), POLLOUT, 0};
+    full = poll(&p, 1, 300) == 0;  // this one's SYN was dropped: the queue is full
+    fillers.push_back(std::move(fd));
+  }
+  if (!full) GTEST_SKIP() << "could not fill the accept queue on loopback";
+
+  Set("upstream", "url", "\"http://127.0.0.1:" + std::to_string(port) + "\"");
+  Set("upstream", "connect_timeout", "\"3s\"");  // C4: the default lease (30s) outlives 3s + 20s
+  Set("admin", "token", "\"admin-token-w\"");
+  StartWithAdmin();
+
+  HttpResponse first;
+  std::jthread owner([&] { first = PostWaiting("k-next", ""); });
+  // The owner holds the claim (its connect hangs): duplicates park instead of a 409.
+  auto claimed = [&] {
+    TestClient client(admin_port_);
+    return client
+               .Request("GET", "/records?key=k-next",
+                        {{"Authorization", "Bearer admin-token-w"},
+                         {"X-Idemgate-Credential", "Bearer merchant-demo"}})
+               .status == 200;
+  };
+  auto deadline = Clock::now() + 10s;
+  while (!claimed() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(claimed());
+  constexpr int kWaiters = 5;
+  std::vector<HttpResponse> answers(kWaiters);
+  std::vector<std::jthread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] { answers[i] = PostWaiting("k-next", "wait=20", 30s); });
+  }
+  EXPECT_TRUE(WaitForMetric("idemgate_waiters", kWaiters));
+  owner.join();  // after connect_timeout
+  ASSERT_EQ(first.status, 502) << first.raw;
+  EXPECT_EQ(ErrorCodeOf(first), "upstream_unavailable");
+
+  // The black hole becomes a real upstream on the same port.
+  fillers.clear();
+  hole = UniqueFd();
+  FakeUpstream origin;
+  origin.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_next"})",
+                                               {{"Content-Type", "application/json"}}));
+  ASSERT_TRUE(origin.Start("127.0.0.1", port));
+  for (auto& t : waiters) t.join();
+
+  EXPECT_EQ(origin.requests(), 1);
+  EXPECT_EQ(upstream_.requests(), 0);
+  int executed = 0;
+  for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_EQ(answers[i].status, 201) << answers[i].raw;
+    EXPECT_EQ(answers[i].body, R"({"id":"pi_next"})");
+    EXPECT_EQ(answers[i].Header("Preference-Applied"), "wait=20");
+    if (!answers[i].Header("Idempotent-Replayed").has_value()) ++executed;
+  }
+  EXPECT_EQ(executed, 1);  // exactly one waiter was the next attempt
+  // The replays are that attempt's answer byte for byte (less Age and their own request ids).
+  auto attempt = std::find_if(answers.begin(), answers.end(), [](const HttpResponse& a) {
+    return !a.Header("Idempotent-Replayed").has_value();
+  });
+  ASSERT_NE(attempt, answers.end());
+  for (const HttpResponse& a : answers) {
+    if (&a == &*attempt) continue;
+    EXPECT_EQ(a.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(WithoutReplayedHeader(a.raw), WithoutRequestId(attempt->raw));
+  }
+  EXPECT_EQ(Metric("idemgate_waiters"), 0);
+  HttpResponse later = PostWaiting("k-next", "");
+  EXPECT_EQ(later.status, 201) << later.raw;
+  EXPECT_EQ(later.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(origin.requests(), 1);
 }
 
 }  // namespace
