@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -328,21 +329,31 @@ TEST_F(WaitTest, ReleasedClaimMakesOneWaiterTheNextAttemptAndTheOthersReplayIt) 
 
   EXPECT_EQ(origin.requests(), 1);
   EXPECT_EQ(upstream_.requests(), 0);
-  int executed = 0;
+  // A waiter whose own attempt started before the swap (its SYN also fell into the black hole)
+  // may get 502 upstream_unavailable too: nothing was sent, its claim released in turn, and the
+  // next waiter goes on. Every other waiter gets the one execution's answer.
+  int executed = 0, unreachable = 0;
   for (int i = 0; i < kWaiters; ++i) {
+    EXPECT_EQ(answers[i].Header("Preference-Applied"), "wait=20");
+    if (answers[i].status == 502 && ErrorCodeOf(answers[i]) == "upstream_unavailable") {
+      ++unreachable;
+      continue;
+    }
     EXPECT_EQ(answers[i].status, 201) << answers[i].raw;
     EXPECT_EQ(answers[i].body, R"({"id":"pi_next"})");
-    EXPECT_EQ(answers[i].Header("Preference-Applied"), "wait=20");
     if (!answers[i].Header("Idempotent-Replayed").has_value()) ++executed;
   }
-  EXPECT_EQ(executed, 1);  // exactly one waiter was the next attempt
+  std::cout << "[ WAITERS  ] " << unreachable << " of " << kWaiters
+            << " waiters' own attempts also found the upstream unreachable\n";
+  EXPECT_LT(unreachable, kWaiters);
+  EXPECT_EQ(executed, 1);  // exactly one waiter was the attempt that executed
   // The replays are that attempt's answer byte for byte (less Age and their own request ids).
   auto attempt = std::find_if(answers.begin(), answers.end(), [](const HttpResponse& a) {
-    return !a.Header("Idempotent-Replayed").has_value();
+    return a.status == 201 && !a.Header("Idempotent-Replayed").has_value();
   });
   ASSERT_NE(attempt, answers.end());
   for (const HttpResponse& a : answers) {
-    if (&a == &*attempt) continue;
+    if (&a == &*attempt || a.status == 502) continue;
     EXPECT_EQ(a.Header("Idempotent-Replayed"), "true");
     EXPECT_EQ(WithoutReplayedHeader(a.raw), WithoutRequestId(attempt->raw));
   }
