@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "conf/config.h"
 #include "proxy/access_log.h"
 #include "proxy/exchange.h"
 #include "proxy/metrics.h"
@@ -243,5 +246,82 @@ inline void FakeEnv::Advance(int64_t ms) {
   clock_->Advance((end - mono_us_) / 1000);
   mono_us_ = end;
 }
+
+// The fixture every Exchange test builds on: a fake clock, a queued store, one loop (env_; a test
+// with more loops adds them to envs_), exchanges started by Begin and freed, as the worker frees
+// them, once they report Finished.
+class ExchangeFixture : public ::testing::Test {
+ protected:
+  ExchangeFixture() {
+    auto config = std::make_shared<Config>();
+    config->idempotency.lease_ms = 30'000;
+    config->upstream.connect_timeout_ms = 5'000;
+    config->upstream.response_timeout_ms = 20'000;
+    config_ = config;
+  }
+  ~ExchangeFixture() override { FreeAll(); }
+  void FreeAll() {
+    for (auto& ex : live_) delete ex.second;
+    live_.clear();
+  }
+
+  // Starts an exchange for `request` on `env` (env_ by default); it answers into sinks_[id].
+  int Begin(Request request, FakeEnv* env = nullptr) {
+    int id = static_cast<int>(sinks_.size());
+    sinks_.push_back(std::make_unique<RecordingSink>());
+    auto* ex = new Exchange(env ? env : &env_, sinks_.back().get(), config_, std::move(request),
+                            "10.0.0.1", false);
+    live_[id] = ex;
+    ex->Start();
+    Reap();
+    return id;
+  }
+  Exchange* Get(int id) { return live_.count(id) ? live_[id] : nullptr; }
+  // Frees what reported Finished, as the worker does on its next turn.
+  void Reap() {
+    for (FakeEnv* env : envs_) {
+      for (Exchange* done : env->finished) {
+        for (auto it = live_.begin(); it != live_.end(); ++it) {
+          if (it->second == done) {
+            EXPECT_EQ(done->phase(), Phase::kDone);
+            delete done;
+            live_.erase(it);
+            break;
+          }
+        }
+      }
+      env->finished.clear();
+    }
+  }
+  // Runs the store's queued ops and the loops until both are quiet.
+  void Settle() {
+    do {
+      while (store_.Step()) {
+      }
+      for (FakeEnv* env : envs_) env->RunPosted();
+    } while (store_.queued() > 0);
+    Reap();
+  }
+  void AnswerUpstream(FakeEnv& env, size_t call, UpstreamResult result) {
+    auto done = std::move(env.upstream.at(call).done);
+    done(std::move(result));
+    Reap();
+  }
+  void AnswerUpstream(size_t call, UpstreamResult result) {
+    AnswerUpstream(env_, call, std::move(result));
+  }
+  const SentAnswer& Only(int id) {
+    EXPECT_EQ(sinks_[id]->answers.size(), 1u);
+    return sinks_[id]->answers.back();
+  }
+
+  FakeClock clock_;
+  QueuedStore store_{&clock_};
+  FakeEnv env_{&store_, &clock_};
+  std::vector<FakeEnv*> envs_{&env_};
+  std::shared_ptr<const Config> config_;
+  std::vector<std::unique_ptr<RecordingSink>> sinks_;
+  std::map<int, Exchange*> live_;
+};
 
 }  // namespace idemgate::test

@@ -30,7 +30,7 @@ UpstreamResult Answer(int status) {
   return r;
 }
 
-class ExchangeRoutesTest : public ::testing::Test {
+class ExchangeRoutesTest : public test::ExchangeFixture {
  protected:
   ExchangeRoutesTest() {
     ConfigResult r = ParseConfig(R"(
@@ -50,46 +50,6 @@ limits = { max_response_body = "64MiB", max_request_body = 10 }
     EXPECT_TRUE(r.ok()) << r.error;
     config_ = r.config;
   }
-  ~ExchangeRoutesTest() override {
-    for (Exchange* ex : live_) delete ex;
-  }
-
-  size_t Begin(Request request) {
-    sinks_.push_back(std::make_unique<test::RecordingSink>());
-    auto* ex =
-        new Exchange(&env_, sinks_.back().get(), config_, std::move(request), "10.0.0.1", false);
-    live_.push_back(ex);
-    ex->Start();
-    Reap();
-    return sinks_.size() - 1;
-  }
-  void Reap() {
-    for (Exchange* done : env_.finished) {
-      std::erase(live_, done);
-      delete done;
-    }
-    env_.finished.clear();
-  }
-  void Settle() {
-    do {
-      while (store_.Step()) {
-      }
-      env_.RunPosted();
-    } while (store_.queued() > 0);
-    Reap();
-  }
-  void AnswerUpstream(size_t call, UpstreamResult result) {
-    auto done = std::move(env_.upstream.at(call).done);
-    done(std::move(result));
-    Reap();
-  }
-
-  FakeClock clock_;
-  test::QueuedStore store_{&clock_};
-  test::FakeEnv env_{&store_, &clock_};
-  std::shared_ptr<const Config> config_;
-  std::vector<std::unique_ptr<test::RecordingSink>> sinks_;
-  std::vector<Exchange*> live_;
 };
 
 TEST_F(ExchangeRoutesTest, TheRoutesGroupLimitsAndLeaseReachTheCallAndTheClaim) {

@@ -41,63 +41,8 @@ UpstreamResult Failure(UpstreamError error, std::string detail) {
   return r;
 }
 
-class ExchangeTest : public ::testing::Test {
+class ExchangeTest : public test::ExchangeFixture {
  protected:
-  ExchangeTest() {
-    auto config = std::make_shared<Config>();
-    config->idempotency.lease_ms = 30'000;
-    config->upstream.connect_timeout_ms = 5'000;
-    config->upstream.response_timeout_ms = 20'000;
-    config_ = config;
-  }
-  ~ExchangeTest() override {
-    for (auto& ex : live_) delete ex.second;
-  }
-
-  // Starts an exchange for `request`; it answers into sinks_[id].
-  int Begin(Request request) {
-    int id = static_cast<int>(sinks_.size());
-    sinks_.push_back(std::make_unique<RecordingSink>());
-    auto* ex = new Exchange(&env_, sinks_.back().get(), config_, std::move(request), "10.0.0.1",
-                            false);
-    live_[id] = ex;
-    ex->Start();
-    Reap();
-    return id;
-  }
-  Exchange* Get(int id) { return live_.count(id) ? live_[id] : nullptr; }
-  // Frees what reported Finished, as the worker does on its next turn.
-  void Reap() {
-    for (Exchange* done : env_.finished) {
-      for (auto it = live_.begin(); it != live_.end(); ++it) {
-        if (it->second == done) {
-          EXPECT_EQ(done->phase(), Phase::kDone);
-          delete done;
-          live_.erase(it);
-          break;
-        }
-      }
-    }
-    env_.finished.clear();
-  }
-  // Runs the store's queued ops and the loop until both are quiet.
-  void Settle() {
-    do {
-      while (store_.Step()) {
-      }
-      env_.RunPosted();
-    } while (store_.queued() > 0);
-    Reap();
-  }
-  void AnswerUpstream(size_t call, UpstreamResult result) {
-    auto done = std::move(env_.upstream.at(call).done);
-    done(std::move(result));
-    Reap();
-  }
-  const test::SentAnswer& Only(int id) {
-    EXPECT_EQ(sinks_[id]->answers.size(), 1u);
-    return sinks_[id]->answers.back();
-  }
   std::string Header(const StoredResponse& r, const std::string& name) {
     for (auto& [n, v] : r.headers) {
       if (n == name) return v;
@@ -112,13 +57,6 @@ class ExchangeTest : public ::testing::Test {
     Settle();
     return id;
   }
-
-  FakeClock clock_;
-  QueuedStore store_{&clock_};
-  FakeEnv env_{&store_, &clock_};
-  std::shared_ptr<const Config> config_;
-  std::vector<std::unique_ptr<RecordingSink>> sinks_;
-  std::map<int, Exchange*> live_;
 };
 
 TEST_F(ExchangeTest, FreshForwardsOnceThenStoresAndAnswersTheUpstreamResponse) {

@@ -38,63 +38,13 @@ bool Has(const test::SentAnswer& a, const std::string& line) {
   return a.extra_headers.find(line + "\r\n") != std::string::npos;
 }
 
-class ExchangeWaitTest : public ::testing::Test {
+class ExchangeWaitTest : public test::ExchangeFixture {
  protected:
   ExchangeWaitTest() {
-    auto config = std::make_shared<Config>();
-    config->idempotency.lease_ms = 30'000;
-    config->upstream.connect_timeout_ms = 5'000;
-    config->upstream.response_timeout_ms = 20'000;
-    config_ = config;
+    envs_.push_back(&other_);
     other_.waits_ = &env_.own_waits_;  // a second loop of the same process
   }
-  ~ExchangeWaitTest() override {
-    for (auto& ex : live_) delete ex.second;
-  }
-  int Begin(Request request, FakeEnv* env = nullptr) {
-    env = env ? env : &env_;
-    int id = static_cast<int>(sinks_.size());
-    sinks_.push_back(std::make_unique<RecordingSink>());
-    auto* ex =
-        new Exchange(env, sinks_.back().get(), config_, std::move(request), "10.0.0.1", false);
-    live_[id] = ex;
-    ex->Start();
-    Reap();
-    return id;
-  }
-  Exchange* Get(int id) { return live_.count(id) ? live_[id] : nullptr; }
-  void Reap() {
-    for (FakeEnv* env : {&env_, &other_}) {
-      for (Exchange* done : env->finished) {
-        for (auto it = live_.begin(); it != live_.end(); ++it) {
-          if (it->second == done) {
-            delete done;
-            live_.erase(it);
-            break;
-          }
-        }
-      }
-      env->finished.clear();
-    }
-  }
-  void Settle() {
-    do {
-      while (store_.Step()) {
-      }
-      env_.RunPosted();
-      other_.RunPosted();
-    } while (store_.queued() > 0);
-    Reap();
-  }
-  void AnswerUpstream(FakeEnv& env, size_t call, UpstreamResult result) {
-    auto done = std::move(env.upstream.at(call).done);
-    done(std::move(result));
-    Reap();
-  }
-  const test::SentAnswer& Only(int id) {
-    EXPECT_EQ(sinks_[id]->answers.size(), 1u);
-    return sinks_[id]->answers.back();
-  }
+  ~ExchangeWaitTest() override { FreeAll(); }  // before other_ goes
   uint64_t Waiters() { return env_.own_waits_.size(); }
   void SetConfig(const std::function<void(Config&)>& change) {
     auto config = std::make_shared<Config>(*config_);
@@ -102,13 +52,7 @@ class ExchangeWaitTest : public ::testing::Test {
     config_ = config;
   }
 
-  FakeClock clock_;
-  QueuedStore store_{&clock_};
-  FakeEnv env_{&store_, &clock_};
   FakeEnv other_{&store_, &clock_};
-  std::shared_ptr<const Config> config_;
-  std::vector<std::unique_ptr<RecordingSink>> sinks_;
-  std::map<int, Exchange*> live_;
 };
 
 TEST(PreferWait, ParsesRfc7240) {
