@@ -176,25 +176,36 @@ bool Exchange::FastPath() {
   }
   LookupResult found = env_->store().Lookup(guard_.scope, guard_.key, LookupMode::kNoWait);
   if (found.outcome != LookupOutcome::kFound) return false;
-  RecordVerdict verdict = JudgeRecord(found.record, guard_.fingerprint, env_->clock().NowMs());
+  return AnswerFromRecord(std::move(found.record), env_->clock().NowMs());
+}
+
+// A record read without a claim (the fast path, a waiter's poll), judged as the store's claim
+// would judge it at `now_ms`: a replay, a mismatch, or in flight (wait, or 409). False when only
+// a claim can decide (fresh, takeover: writes, which the store's Claim decides atomically).
+bool Exchange::AnswerFromRecord(Record record, TimeMs now_ms) {
+  RecordVerdict verdict = JudgeRecord(record, guard_.fingerprint, now_ms);
   switch (verdict.outcome) {
     case ClaimOutcome::kMismatch:
       outcome_ = Outcome::kMismatch;
-      RespondMismatch(found.record.fingerprint);
+      RespondMismatch(record.fingerprint);
       return true;
     case ClaimOutcome::kReplay:
-      outcome_ = Outcome::kReplay;
-      replay_stored_ms_ = StoredAtMs(found.record);
-      RespondShared(ShareReplay(std::move(found.record)), true);
+      RespondReplay(std::move(record));
       return true;
     case ClaimOutcome::kInFlight:
-      OnInFlight(verdict.retry_after_s, found.record.lease_until_ms);
+      OnInFlight(verdict.retry_after_s, record.lease_until_ms);
       return true;
     case ClaimOutcome::kFresh:
     case ClaimOutcome::kTakeover:
-      return false;  // writes: the store's Claim decides atomically
+      return false;
   }
   return false;
+}
+
+void Exchange::RespondReplay(Record record) {
+  outcome_ = Outcome::kReplay;
+  replay_stored_ms_ = StoredAtMs(record);
+  RespondShared(ShareReplay(std::move(record)), true);
 }
 
 void Exchange::Claim() {
@@ -238,9 +249,7 @@ void Exchange::OnClaim(ClaimResult result) {
       return Forward();
     }
     case ClaimOutcome::kReplay:
-      outcome_ = Outcome::kReplay;
-      replay_stored_ms_ = StoredAtMs(result.record);
-      return RespondShared(ShareReplay(std::move(result.record)), true);
+      return RespondReplay(std::move(result.record));
     case ClaimOutcome::kInFlight:
       return OnInFlight(result.retry_after_s, result.record.lease_until_ms);
     case ClaimOutcome::kMismatch:

@@ -100,6 +100,7 @@ class Exchange {
   // that the exchange has answered; then hands it back to be freed.
   void SetPhase(Phase next);
   bool FastPath();
+  bool AnswerFromRecord(Record record, TimeMs now_ms);
   void Claim();
   void OnClaim(ClaimResult result);
   void Forward();
@@ -133,6 +134,7 @@ class Exchange {
   void RespondError(ErrorCode code, const std::string& detail = {});
   void Respond(StoredResponse response, bool replayed);
   void RespondShared(std::shared_ptr<const StoredResponse> response, bool replayed);
+  void RespondReplay(Record record);  // a completed record's response, with its Age (R6)
   // A completed record read from the store, as the response every replay of it shares.
   std::shared_ptr<const StoredResponse> ShareReplay(Record record);
   void RecordFinished();

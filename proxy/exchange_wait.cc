@@ -5,7 +5,6 @@
 // end answers 409. Also shutdown (a waiter answers at once; the rest at the grace's end) and
 // the answer's own headers: Age (R6) and Preference-Applied.
 #include <algorithm>
-#include <cctype>
 #include <string_view>
 
 #include "conf/config.h"
@@ -18,12 +17,6 @@ namespace idemgate {
 namespace {
 constexpr int64_t kMaxPollMs = 1'000;  // a shared store: polls back off from 50 ms to this
 constexpr int64_t kLeaseSlackMs = 10;  // look again this long after the owner's lease ends
-
-bool IsWait(std::string_view name) {
-  return name.size() == 4 && std::equal(name.begin(), name.end(), "wait", [](char a, char b) {
-           return std::tolower(static_cast<unsigned char>(a)) == b;
-         });
-}
 }  // namespace
 
 const char* WaitEndName(WaitEnd end) {
@@ -57,7 +50,7 @@ int64_t ParsePreferWait(const Headers& headers) {
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
       pref = TrimOws(pref.substr(0, pref.find(';')));
       size_t eq = pref.find('=');
-      if (eq == std::string_view::npos || !IsWait(TrimOws(pref.substr(0, eq)))) continue;
+      if (eq == std::string_view::npos || !HeaderNameEquals(TrimOws(pref.substr(0, eq)), "wait")) continue;
       std::string_view value = TrimOws(pref.substr(eq + 1));
       if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
         value = value.substr(1, value.size() - 2);
@@ -155,22 +148,9 @@ void Exchange::OnWaitOver(bool woken) {
 // A poll's read: replay, 422, or wait again; a record gone or past its lease goes to Claim.
 void Exchange::OnPolled(LookupResult found) {
   if (phase_ != Phase::kWaiting) return;
-  if (found.outcome == LookupOutcome::kFound) {
-    RecordVerdict verdict = JudgeRecord(found.record, guard_.fingerprint, found.now_ms);
-    switch (verdict.outcome) {
-      case ClaimOutcome::kReplay:
-        outcome_ = Outcome::kReplay;
-        replay_stored_ms_ = StoredAtMs(found.record);
-        return RespondShared(ShareReplay(std::move(found.record)), true);
-      case ClaimOutcome::kMismatch:
-        outcome_ = Outcome::kMismatch;
-        return RespondMismatch(found.record.fingerprint);
-      case ClaimOutcome::kInFlight:
-        return OnInFlight(verdict.retry_after_s, found.record.lease_until_ms);
-      case ClaimOutcome::kFresh:
-      case ClaimOutcome::kTakeover:
-        break;  // writes: the store's Claim decides atomically
-    }
+  if (found.outcome == LookupOutcome::kFound &&
+      AnswerFromRecord(std::move(found.record), found.now_ms)) {
+    return;
   }
   Claim();
 }
