@@ -50,7 +50,10 @@ int64_t ParsePreferWait(const Headers& headers) {
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
       pref = TrimOws(pref.substr(0, pref.find(';')));
       size_t eq = pref.find('=');
-      if (eq == std::string_view::npos || !HeaderNameEquals(TrimOws(pref.substr(0, eq)), "wait")) continue;
+      if (eq == std::string_view::npos ||
+          !HeaderNameEquals(TrimOws(pref.substr(0, eq)), "wait")) {
+        continue;
+      }
       std::string_view value = TrimOws(pref.substr(eq + 1));
       if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
         value = value.substr(1, value.size() - 2);
