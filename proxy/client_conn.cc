@@ -210,8 +210,13 @@ void ClientConn::StartExchange() {
   close_after_ = !request.keep_alive || worker_->draining();
   head_request_ = request.method == "HEAD";
   http10_ = request.http_minor == 0;
+  // The route DecideBody chose (Exchange::Start need not match it again), unless a reload came
+  // since the parser's config was read: then the exchange runs under the current config.
+  std::shared_ptr<const Config> config = worker_->gateway().Snapshot();
+  if (config == parser_config_ && route_ != nullptr) config = route_;
+  route_ = nullptr;
   exchange_ = worker_->AddExchange(std::make_unique<Exchange>(
-      worker_, this, worker_->gateway().Snapshot(), std::move(request), peer_ip_, tls_));
+      worker_, this, std::move(config), std::move(request), peer_ip_, tls_));
   exchange_->Start();  // may answer at once (SendResponse)
 }
 

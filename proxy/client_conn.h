@@ -123,6 +123,7 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   std::string peer_ip_;
   std::unique_ptr<RequestParser> parser_;
   std::shared_ptr<const Config> parser_config_;  // the config the parser's limits came from
+  std::shared_ptr<const Config> route_;          // a guarded request's route under it (DecideBody)
   int64_t client_timeout_ms_ = 0;
   Timer timer_;
   EventPtr resume_;  // continues after an answer the socket took at once

@@ -71,6 +71,7 @@ bool ClientConn::DecideBody() {
   }
   std::shared_ptr<const Config> route = SelectRoute(parser_config_, head);
   if (!IsPassthroughRequest(*route, head)) {
+    route_ = route;  // the exchange runs under it (StartExchange): selected once
     if (parser_->DecideBody(route->limits.max_request_body, nullptr)) return true;
     RespondError(ErrorCodeFor(parser_->error()), parser_->error_detail());
     return false;

@@ -67,6 +67,8 @@ int64_t ParsePreferWait(const Headers& headers);
 
 class Exchange {
  public:
+  // `config`: the top level (Start selects the request's route) or a route's own, already
+  // selected (a route's config has no routes: it selects itself).
   Exchange(ExchangeEnv* env, ResponseSink* sink, std::shared_ptr<const Config> config,
            Request request, std::string client_ip, bool tls);
   ~Exchange();
