@@ -24,11 +24,6 @@ constexpr size_t kRelayLow = 64 << 10;
 constexpr char kLastChunk[] = "0\r\n\r\n";
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-int64_t NowUs() {
-  using namespace std::chrono;
-  return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
-}
-
 // An `Upgrade: websocket` request: refused, since the gateway does not tunnel.
 bool AsksForWebSocket(const Request& request) {
   for (const Header& h : request.headers) {
@@ -86,7 +81,7 @@ void ClientConn::StartRelay(const Config& config) {
   state_ = State::kRelaying;
   Request& head = parser_->mutable_request();  // dropped with the parser's next request
   relay_ = Relay{};
-  relay_.started_us = NowUs();
+  relay_.started_us = worker_->MonoUs();
   relay_.chunked_up = head.chunked;
   relay_.request_id = AssignRequestId(&head);
   relay_.method = head.method;
@@ -111,13 +106,7 @@ void ClientConn::StartRelay(const Config& config) {
 void ClientConn::StartRelayCall() {
   relay_.call_started = true;
   UpstreamGroup* group = worker_->Group(relay_.limits.group);
-  if (group == nullptr) {  // a route added by a reload names a group the workers do not have
-    UpstreamResult result;
-    result.error = UpstreamError::kUnavailable;
-    result.detail = "no upstream group '" + relay_.limits.group +
-                    "' is running (named groups are restart-only)";
-    return OnRelayDone(std::move(result));
-  }
+  if (group == nullptr) return OnRelayDone(Worker::MissingGroup(relay_.limits.group));
   relay_.call = group->SendStream(
       std::move(relay_.up), head_request_, relay_.limits, this,
       [this](UpstreamResult result) { OnRelayDone(std::move(result)); });
@@ -270,7 +259,7 @@ void ClientConn::OnRelayDone(UpstreamResult result) {
     relay_.client_paused = false;
     bufferevent_enable(bev_.get(), EV_READ);
   }
-  relay_.upstream_us = NowUs() - relay_.started_us;
+  relay_.upstream_us = worker_->MonoUs() - relay_.started_us;
   relay_.upstream_error = result.error;
   if (result.error == UpstreamError::kNone) return FinishRelay(true);
   relay_.error_detail = result.detail;
@@ -311,7 +300,7 @@ void ClientConn::AbortRelay(ErrorCode code, const std::string& detail) {
   relay_.error = code;
   relay_.error_detail = detail;
   relay_.upstream_error = UpstreamError::kFailed;
-  relay_.upstream_us = NowUs() - relay_.started_us;
+  relay_.upstream_us = worker_->MonoUs() - relay_.started_us;
   if (relay_.head_sent) {
     RecordRelay(false);
     return Close(CloseReason::kSocketError);
@@ -329,7 +318,7 @@ void ClientConn::RecordRelay(bool client_closed) {
   sample.error = relay_.error;
   sample.upstream_status = relay_.upstream_status;
   sample.upstream_error = relay_.upstream_error;
-  sample.total_us = NowUs() - relay_.started_us;
+  sample.total_us = worker_->MonoUs() - relay_.started_us;
   sample.upstream_us = relay_.upstream_us;
   if (!worker_->WantsAccessEntry()) return worker_->RecordExchange(sample, nullptr);
   AccessEntry entry;

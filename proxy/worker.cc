@@ -161,6 +161,13 @@ bool Worker::Init(std::string* error) {
   return true;
 }
 
+UpstreamResult Worker::MissingGroup(const std::string& name) {
+  UpstreamResult result;
+  result.error = UpstreamError::kUnavailable;
+  result.detail = "no upstream group '" + name + "' is running (named groups are restart-only)";
+  return result;
+}
+
 UpstreamGroup* Worker::Group(std::string_view name) {
   if (name.empty() || name == "default") return upstream_.get();
   auto it = groups_.find(name);
@@ -286,12 +293,8 @@ int64_t Worker::MonoUs() const {
 void Worker::SendUpstream(std::string request, bool head_request, const UpstreamLimits& limits,
                           UpstreamCallback done) {
   UpstreamGroup* group = Group(limits.group);
-  if (group == nullptr) {  // a route added by a reload names a group the workers do not have
-    UpstreamResult result;
-    result.error = UpstreamError::kUnavailable;
-    result.detail =
-        "no upstream group '" + limits.group + "' is running (named groups are restart-only)";
-    Post([done = std::move(done), result = std::move(result)]() mutable {
+  if (group == nullptr) {
+    Post([done = std::move(done), result = MissingGroup(limits.group)]() mutable {
       done(std::move(result));
     });
     return;

@@ -71,6 +71,9 @@ class Worker final : public ExchangeEnv {
   // The upstream group a route sends to: "" or "default" = [upstream], else [upstreams.NAME];
   // null when the running config has no such group (groups are built at start-up).
   UpstreamGroup* Group(std::string_view name);
+  // What a call to a group Group() does not have ends with: a route added by a reload names a
+  // group the workers do not have (nothing went upstream).
+  static UpstreamResult MissingGroup(const std::string& name);
   UpstreamGroup& upstream() { return *upstream_; }
   Gateway& gateway() { return *gateway_; }
   bool draining() const override { return draining_; }
