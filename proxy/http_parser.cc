@@ -171,6 +171,13 @@ struct Engine {
     }
     return -1;
   }
+  // A request whose Content-Length is over max_body (checked at its headers, or when its body
+  // is decided).
+  int FailContentLength(uint64_t length) {
+    return Fail(ParseError::kBodyTooLarge, "The Content-Length " + std::to_string(length) +
+                                               " exceeds the limit of " + std::to_string(max_body) +
+                                               " bytes.");
+  }
   // Raw bytes of the header section and trailers that may still go to llhttp.
   uint64_t HeaderAllowance() const {
     return header_bytes >= max_header_bytes ? 0 : max_header_bytes - header_bytes;
@@ -346,9 +353,7 @@ int Engine::OnRequestHeadersComplete() {
                 "Transfer-Encoding in a request must be exactly \"chunked\".");
   }
   if (!hold_at_headers && (parser.flags & F_CONTENT_LENGTH) && parser.content_length > max_body) {
-    return Fail(ParseError::kBodyTooLarge,
-                "The Content-Length " + std::to_string(parser.content_length) +
-                    " exceeds the limit of " + std::to_string(max_body) + " bytes.");
+    return FailContentLength(parser.content_length);
   }
   return 0;
 }
@@ -538,9 +543,7 @@ bool RequestParser::DecideBody(uint64_t max_body, BodySink sink) {
   e.max_body = max_body == 0 ? UINT64_MAX : max_body;
   e.sink = std::move(sink);
   if (e.framing_length >= 0 && static_cast<uint64_t>(e.framing_length) > e.max_body) {
-    e.Fail(ParseError::kBodyTooLarge, "The Content-Length " + std::to_string(e.framing_length) +
-                                          " exceeds the limit of " + std::to_string(e.max_body) +
-                                          " bytes.");
+    e.FailContentLength(static_cast<uint64_t>(e.framing_length));
     return false;
   }
   return true;
