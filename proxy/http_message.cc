@@ -255,6 +255,29 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
   return stored;
 }
 
+namespace {
+
+// An answer's status line and stored headers, then X-Request-Id (this request's, in place of any
+// stored one) unless `request_id` is empty.
+void AppendStatusAndHeaders(std::string* out, const StoredResponse& response,
+                            std::string_view request_id) {
+  out->append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
+  out->append(response.reason.empty() ? StandardReasonPhrase(response.status) : response.reason);
+  out->append("\r\n");
+  for (const auto& [name, value] : response.headers) {
+    if (!request_id.empty() && HeaderNameEquals(name, "X-Request-Id")) continue;
+    AppendHeader(out, name, value);
+  }
+  if (!request_id.empty()) AppendHeader(out, "X-Request-Id", request_id);
+}
+
+void AppendConnection(std::string* out, ConnectionHeader connection) {
+  if (connection == ConnectionHeader::kClose) AppendHeader(out, "Connection", "close");
+  if (connection == ConnectionHeader::kKeepAlive) AppendHeader(out, "Connection", "keep-alive");
+}
+
+}  // namespace
+
 std::string SerializeResponse(const StoredResponse& response, bool replayed,
                               ConnectionHeader connection, bool head_request,
                               std::string_view request_id) {
@@ -270,18 +293,7 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
                                   std::string_view extra_headers, std::string_view request_id) {
   std::string out;
   out.reserve(256);
-  out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
-  if (response.reason.empty()) {
-    out.append(StandardReasonPhrase(response.status));
-  } else {
-    out.append(response.reason);
-  }
-  out.append("\r\n");
-  for (const auto& [name, value] : response.headers) {
-    if (!request_id.empty() && HeaderNameEquals(name, "X-Request-Id")) continue;
-    AppendHeader(&out, name, value);
-  }
-  if (!request_id.empty()) AppendHeader(&out, "X-Request-Id", request_id);
+  AppendStatusAndHeaders(&out, response, request_id);
   if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
   out.append(extra_headers);
   const bool no_body_status =
@@ -291,8 +303,7 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
   // (it would claim the resource is empty). A non-empty body still tells its size, unsent.
   const bool write_length = !no_body_status && !(head_request && response.body.empty());
   if (write_length) AppendHeader(&out, "Content-Length", std::to_string(response.body.size()));
-  if (connection == ConnectionHeader::kClose) AppendHeader(&out, "Connection", "close");
-  if (connection == ConnectionHeader::kKeepAlive) AppendHeader(&out, "Connection", "keep-alive");
+  AppendConnection(&out, connection);
   out.append("\r\n");
   *send_body = !no_body_status && !head_request && !response.body.empty();
   return out;
@@ -303,15 +314,10 @@ std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFr
                                           std::string_view request_id) {
   std::string out;
   out.reserve(256);
-  out.append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
-  out.append(response.reason.empty() ? StandardReasonPhrase(response.status) : response.reason);
-  out.append("\r\n");
-  for (const auto& [name, value] : response.headers) AppendHeader(&out, name, value);
-  if (!request_id.empty()) AppendHeader(&out, "X-Request-Id", request_id);
+  AppendStatusAndHeaders(&out, response, request_id);
   if (framing == BodyFraming::kLength) AppendHeader(&out, "Content-Length", std::to_string(length));
   if (framing == BodyFraming::kChunked) AppendHeader(&out, "Transfer-Encoding", "chunked");
-  if (connection == ConnectionHeader::kClose) AppendHeader(&out, "Connection", "close");
-  if (connection == ConnectionHeader::kKeepAlive) AppendHeader(&out, "Connection", "keep-alive");
+  AppendConnection(&out, connection);
   out.append("\r\n");
   return out;
 }
