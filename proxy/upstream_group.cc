@@ -188,23 +188,21 @@ size_t UpstreamGroup::Pick(size_t start, const std::vector<size_t>& tried) const
 
 void UpstreamGroup::Send(std::string request, bool head_request, const UpstreamLimits& limits,
                          UpstreamCallback done) {
-  auto call = std::make_shared<Call>();
-  call->group = this;
-  call->request = std::move(request);
-  call->head = head_request;
-  call->limits = limits;
-  call->done = std::move(done);
-  call->start = next_++;
-  call->index = Pick(call->start, call->tried);
-  Try(std::move(call));
+  Start(std::move(request), head_request, limits, nullptr, std::move(done));
 }
 
 StreamCall* UpstreamGroup::SendStream(std::string head, bool head_request,
                                       const UpstreamLimits& limits, StreamReceiver* receiver,
                                       UpstreamCallback done) {
+  return Start(std::move(head), head_request, limits, receiver, std::move(done));
+}
+
+StreamCall* UpstreamGroup::Start(std::string request, bool head_request,
+                                 const UpstreamLimits& limits, StreamReceiver* receiver,
+                                 UpstreamCallback done) {
   auto call = std::make_shared<Call>();
   call->group = this;
-  call->request = std::move(head);
+  call->request = std::move(request);
   call->head = head_request;
   call->limits = limits;
   call->done = std::move(done);
