@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <limits>
 #include <memory>
 #include <utility>
 
@@ -29,17 +28,6 @@ const KeySpec* FindKey(std::string_view qualified) {
     if (key.Qualified() == qualified) return &key;
   }
   return nullptr;
-}
-
-int64_t SaturatingAdd(int64_t a, int64_t b) {
-  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
-}
-
-bool IsVisibleAscii(std::string_view text) {
-  return std::all_of(text.begin(), text.end(), [](char ch) {
-    const auto c = static_cast<unsigned char>(ch);
-    return c > 0x20 && c < 0x7f;
-  });
 }
 
 void ReadPrefixAndHost(const SectionReader& r, std::string name, Route* route) {
