@@ -149,6 +149,11 @@ TEST(RoutesConfig, BadRoutesAreRefusedNamingTheRouteKey) {
        "key 'routes[1].no_store_statuses': 200 is not a 4xx or 5xx status"},
       {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = [429, 429]\n",
        "429 is listed more than once"},
+      {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = [\"429\"]\n",
+       "key 'routes[1].no_store_statuses': expected an array of integers, got an element of type "
+       "string"},
+      {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = 429\n",
+       "key 'routes[1].no_store_statuses': expected an array of integers, got integer"},
       {"[[routes]]\nprefix = \"/v1\"\nidempotency = { header = \"X\" }\n",
        "key 'routes[1].idempotency.header': unknown key"},
       {"[[routes]]\nprefix = \"/v1\"\nlimits = 5\n",
