@@ -93,6 +93,31 @@ TEST(RoutesConfig, ReloadKeepsTheRunningTableWhenItsShapeChanges) {
             (std::vector<std::string>{"POST", "PUT"}));
 }
 
+// Each part of the shape alone keeps the running table: a prefix, a host changed or dropped, and
+// a restart-only key a route starts to set (even to the value it inherited).
+TEST(RoutesConfig, ReloadKeepsTheRunningTableForEveryPartOfItsShape) {
+  const Config running = ParseOk(kRoutes);
+  const std::string refunds = "prefix = \"/v1/refunds\"\nhost = \"Api.Example.com\"\n";
+  std::vector<std::string> changed;
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find("/v1/refunds"), 11, "/v1/returns");
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find("Api.Example.com"), 15, "api2.example.com");
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find(refunds), refunds.size(),
+                         "prefix = \"/v1/refunds\"\n");
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find("[429]"), 5,
+                         "[429]\nidempotency = { fingerprint_headers = [] }");
+  for (const std::string& text : changed) {
+    ReloadPlan plan = PlanReload(running, ParseOk(text));
+    ASSERT_EQ(plan.ignored.size(), 1u) << text;
+    EXPECT_EQ(plan.ignored[0].rfind("routes (order", 0), 0u) << text;
+    EXPECT_EQ(plan.config->routes[0].prefix, "/v1/refunds") << text;
+    EXPECT_EQ(plan.config->routes[0].host, "api.example.com") << text;
+  }
+}
+
 // Named groups wait for a restart: a route lease shortened together with its group's timeout
 // would not cover the running group's, so the running routes stay.
 TEST(RoutesConfig, ReloadKeepsRoutesWhoseLeaseWouldNotCoverTheRunningGroup) {
