@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <limits>
 #include <map>
 #include <utility>
 
@@ -19,11 +18,8 @@ namespace {
 
 using conf::ConfigError;
 using conf::Context;
+using conf::SaturatingAdd;
 using conf::SectionReader;
-
-int64_t SaturatingAdd(int64_t a, int64_t b) {
-  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
-}
 
 // SPEC C4: lease > connect_timeout + response_timeout, and ttl > lease. The line is the key's,
 // else its section's, else that of the upstream timeout that made the default lease too short.

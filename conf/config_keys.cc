@@ -67,24 +67,17 @@ void CheckBalance(const Context&, const SectionReader& r, bool, Config* c) {
   }
 }
 
-bool VisibleAscii(std::string_view text) {
-  for (unsigned char ch : text) {
-    if (ch <= 0x20 || ch >= 0x7f) return false;
-  }
-  return true;
-}
-
 void CheckHealthPath(const Context&, const SectionReader& r, bool, Config* c) {
   const std::string& path = c->upstream.health_path;
   if (path.empty()) return;
-  if (path.front() != '/' || !VisibleAscii(path)) {
+  if (path.front() != '/' || !IsVisibleAscii(path)) {
     r.Fail("health_path", "\"" + path + "\" must be a path starting with '/', without spaces");
   }
 }
 
 // The group's last key: also the checks across its keys (ca_file only for https).
 void CheckUpstreamHost(const Context&, const SectionReader& r, bool, Config* c) {
-  if (!VisibleAscii(c->upstream.host)) {
+  if (!IsVisibleAscii(c->upstream.host)) {
     r.Fail("host", "\"" + c->upstream.host + "\" must be a host[:port] without spaces");
   }
   if (!c->upstream.ca_file.empty() && !c->upstream.tls) {
@@ -114,10 +107,8 @@ void CheckRequireKey(const Context&, const SectionReader& r, bool, Config* c) {
     if (prefix.empty() || prefix.front() != '/') {
       r.Fail("require_key", "\"" + prefix + "\" must be a path prefix starting with '/'");
     }
-    for (unsigned char ch : prefix) {
-      if (ch <= 0x20 || ch >= 0x7f) {
-        r.Fail("require_key", "\"" + prefix + "\" must be visible ASCII without spaces");
-      }
+    if (!IsVisibleAscii(prefix)) {
+      r.Fail("require_key", "\"" + prefix + "\" must be visible ASCII without spaces");
     }
   }
 }

@@ -159,16 +159,18 @@ bool SectionReader::Int(std::string_view key, int64_t* out) const {
   return true;
 }
 
-bool SectionReader::StringArray(std::string_view key, std::vector<std::string>* out) const {
+template <typename T>
+bool SectionReader::Array(std::string_view key, std::vector<T>* out,
+                          std::string_view expected) const {
   const toml::node* node = Node(key);
   if (node == nullptr) return false;
   const auto* array = node->as_array();
-  if (array == nullptr) WrongType(key, "an array of strings", *node);
-  std::vector<std::string> values;
+  if (array == nullptr) WrongType(key, expected, *node);
+  std::vector<T> values;
   for (const toml::node& element : *array) {
-    const auto* value = element.as_string();
+    const auto* value = element.as<T>();
     if (value == nullptr) {
-      Fail(key, "expected an array of strings, got an element of type " +
+      Fail(key, "expected " + std::string(expected) + ", got an element of type " +
                     std::string(TypeName(element)));
     }
     values.push_back(value->get());
@@ -177,22 +179,12 @@ bool SectionReader::StringArray(std::string_view key, std::vector<std::string>* 
   return true;
 }
 
+bool SectionReader::StringArray(std::string_view key, std::vector<std::string>* out) const {
+  return Array(key, out, "an array of strings");
+}
+
 bool SectionReader::IntArray(std::string_view key, std::vector<int64_t>* out) const {
-  const toml::node* node = Node(key);
-  if (node == nullptr) return false;
-  const auto* array = node->as_array();
-  if (array == nullptr) WrongType(key, "an array of integers", *node);
-  std::vector<int64_t> values;
-  for (const toml::node& element : *array) {
-    const auto* value = element.as_integer();
-    if (value == nullptr) {
-      Fail(key, "expected an array of integers, got an element of type " +
-                    std::string(TypeName(element)));
-    }
-    values.push_back(value->get());
-  }
-  *out = std::move(values);
-  return true;
+  return Array(key, out, "an array of integers");
 }
 
 const toml::table* SectionReader::Table(std::string_view key) const {

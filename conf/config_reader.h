@@ -61,6 +61,9 @@ class SectionReader {
 
  private:
   const toml::node* Node(std::string_view key) const;
+  // StringArray and IntArray: every element a T, else refused as not `expected`.
+  template <typename T>
+  bool Array(std::string_view key, std::vector<T>* out, std::string_view expected) const;
   [[noreturn]] void WrongType(std::string_view key, std::string_view expected,
                               const toml::node& got) const;
 

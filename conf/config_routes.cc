@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <limits>
 #include <memory>
 #include <utility>
 
@@ -29,17 +28,6 @@ const KeySpec* FindKey(std::string_view qualified) {
     if (key.Qualified() == qualified) return &key;
   }
   return nullptr;
-}
-
-int64_t SaturatingAdd(int64_t a, int64_t b) {
-  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
-}
-
-bool IsVisibleAscii(std::string_view text) {
-  return std::all_of(text.begin(), text.end(), [](char ch) {
-    const auto c = static_cast<unsigned char>(ch);
-    return c > 0x20 && c < 0x7f;
-  });
 }
 
 void ReadPrefixAndHost(const SectionReader& r, std::string name, Route* route) {
@@ -230,23 +218,33 @@ void RebuildRoutes(Config* config) {
   }
 }
 
-std::string RoutesShape(const Config& config) {
-  std::string shape;
-  for (const Route& route : config.routes) {
-    shape += route.prefix + "\n" + route.host + "\n" + route.upstream + "\n";
-    for (const std::string& name : route.overridden) {
-      const KeySpec* key = FindKey(name);
-      if (key == nullptr || key->reload != Reload::kRestart) continue;
-      shape += name + "=";
-      for (const std::string& v : *std::get<std::vector<std::string>*>(
-               key->field(const_cast<Config&>(*route.effective)))) {
-        shape += v + ",";
-      }
-      shape += "\n";
-    }
-    shape += "--\n";
+namespace {
+
+// The restart-only keys a route sets, in the order it sets them.
+std::vector<const KeySpec*> RestartKeys(const Route& route) {
+  std::vector<const KeySpec*> keys;
+  for (const std::string& name : route.overridden) {
+    const KeySpec* key = FindKey(name);
+    if (key != nullptr && key->reload == Reload::kRestart) keys.push_back(key);
   }
-  return shape;
+  return keys;
+}
+
+}  // namespace
+
+bool SameRoutesShape(const Config& a, const Config& b) {
+  return std::equal(
+      a.routes.begin(), a.routes.end(), b.routes.begin(), b.routes.end(),
+      [](const Route& ra, const Route& rb) {
+        if (ra.prefix != rb.prefix || ra.host != rb.host || ra.upstream != rb.upstream) {
+          return false;
+        }
+        const std::vector<const KeySpec*> keys = RestartKeys(ra);
+        return keys == RestartKeys(rb) &&
+               std::all_of(keys.begin(), keys.end(), [&](const KeySpec* key) {
+                 return SameValue(key->field, *ra.effective, *rb.effective);
+               });
+      });
 }
 
 }  // namespace idemgate::conf

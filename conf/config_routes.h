@@ -28,9 +28,10 @@ void RebuildRoutes(Config* config);
 // running named groups, whose timeouts may outlast a lease the new file shortened).
 bool RoutesFitC4(const Config& config);
 
-// What of the route table only a restart applies: the order, each route's prefix, host and
-// upstream group, and the methods and fingerprint_headers a route sets (they decide which
-// requests are guarded and how they are fingerprinted). Equal shapes: the new table applies live.
-std::string RoutesShape(const Config& config);
+// Whether the two route tables agree in what only a restart applies: the order, each route's
+// prefix, host and upstream group, and the methods and fingerprint_headers a route sets (they
+// decide which requests are guarded and how they are fingerprinted). True: the new table
+// applies live.
+bool SameRoutesShape(const Config& a, const Config& b);
 
 }  // namespace idemgate::conf

@@ -1,6 +1,7 @@
 // Parsers for the scalar value syntaxes of the configuration: addresses, URLs, tokens, durations.
 #include "conf/config_values.h"
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <utility>
@@ -215,6 +216,17 @@ std::string ToLowerAscii(std::string_view text) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return out;
+}
+
+bool IsVisibleAscii(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c > 0x20 && c < 0x7f;
+  });
+}
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
 std::string FormatDurationMs(int64_t ms) {

@@ -28,6 +28,11 @@ bool IsHttpToken(std::string_view text);
 
 std::string ToUpperAscii(std::string_view text);
 std::string ToLowerAscii(std::string_view text);
+// Every byte printable ASCII, no space or control (true for "").
+bool IsVisibleAscii(std::string_view text);
+
+// a + b, or INT64_MAX when that overflows (b >= 0): durations that must not wrap.
+int64_t SaturatingAdd(int64_t a, int64_t b);
 
 // Milliseconds -> the shortest exact form with the largest unit: 1500 -> "1500ms", 35000 -> "35s".
 std::string FormatDurationMs(int64_t ms);

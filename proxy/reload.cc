@@ -31,7 +31,7 @@ ReloadPlan PlanReload(const Config& running, const Config& next_in) {
   // Routes: a change of what decides guarding and fingerprints (order, prefix, host, group,
   // a route's methods or fingerprint_headers) keeps the running table whole until a restart;
   // otherwise the new table applies, re-derived from the merged top level.
-  if (conf::RoutesShape(running) != conf::RoutesShape(*next)) {
+  if (!conf::SameRoutesShape(running, *next)) {
     ignored.emplace_back("routes (order, prefix, host, upstream, methods or fingerprint_headers)");
     next->routes = running.routes;
   } else {

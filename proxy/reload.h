@@ -22,7 +22,7 @@ struct ReloadPlan {
 // guarded and how they are fingerprinted: changed under live records, a retry would pass through
 // and execute again, or get 422). Everything else (limits, timeouts, ttl, lease, require_key,
 // admin.token, server.shutdown_grace) applies to exchanges that start after the reload.
-// [[routes]]: see conf::RoutesShape; a route's ttl, lease, require_key, takeover, limits and
+// [[routes]]: see conf::SameRoutesShape; a route's ttl, lease, require_key, takeover, limits and
 // no_store_statuses are live, the rest of the table restart-only (kept whole when it changed).
 ReloadPlan PlanReload(const Config& running, const Config& next);
 

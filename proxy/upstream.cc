@@ -489,34 +489,28 @@ std::unique_ptr<UpstreamConn> UpstreamPool::TakeIdle(int64_t max_idle_ms) {
 
 void UpstreamPool::Send(std::string request, bool head_request, const UpstreamLimits& limits,
                         UpstreamCallback done) {
-  std::unique_ptr<UpstreamConn> conn = TakeIdle(limits.idle_timeout_ms);
-  if (!conn) {
-    conn = std::make_unique<UpstreamConn>(this);
-    if (!conn->Connect()) {
-      // Report asynchronously, as promised: the connection dies on the next loop turn.
-      UpstreamConn* raw = conn.get();
-      busy_.push_back(std::move(conn));
-      raw->Start(std::move(request), head_request, UpstreamLimits{0, 0, 0}, std::move(done));
-      return;
-    }
-  }
-  UpstreamConn* raw = conn.get();
-  busy_.push_back(std::move(conn));
-  raw->Start(std::move(request), head_request, limits, std::move(done));
+  StartCall(std::move(request), head_request, limits, nullptr, std::move(done));
 }
 
 StreamCall* UpstreamPool::SendStream(std::string head, bool head_request,
                                      const UpstreamLimits& limits, StreamReceiver* receiver,
                                      UpstreamCallback done) {
+  return StartCall(std::move(head), head_request, limits, receiver, std::move(done));
+}
+
+UpstreamConn* UpstreamPool::StartCall(std::string request, bool head_request,
+                                      const UpstreamLimits& limits, StreamReceiver* receiver,
+                                      UpstreamCallback done) {
   std::unique_ptr<UpstreamConn> conn = TakeIdle(limits.idle_timeout_ms);
   UpstreamLimits use = limits;
   if (!conn) {
     conn = std::make_unique<UpstreamConn>(this);
-    if (!conn->Connect()) use = UpstreamLimits{0, 0, 0};  // reported on the next loop turn
+    // Reported asynchronously, as promised: the connection dies on the next loop turn.
+    if (!conn->Connect()) use = UpstreamLimits{0, 0, 0};
   }
   UpstreamConn* raw = conn.get();
   busy_.push_back(std::move(conn));
-  raw->Start(std::move(head), head_request, use, std::move(done), receiver);
+  raw->Start(std::move(request), head_request, use, std::move(done), receiver);
   return raw;
 }
 

@@ -129,6 +129,9 @@ class UpstreamPool {
 
  private:
   std::unique_ptr<UpstreamConn> TakeIdle(int64_t max_idle_ms);
+  // Send and SendStream (`receiver` null: a plain call) on an idle connection or a new one.
+  UpstreamConn* StartCall(std::string request, bool head_request, const UpstreamLimits& limits,
+                          StreamReceiver* receiver, UpstreamCallback done);
   void Reap();
 
   event_base* base_;

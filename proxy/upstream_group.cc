@@ -69,7 +69,9 @@ UpstreamGroup::UpstreamGroup(event_base* base, std::string name, const Config::U
       config_(config),
       tls_(tls),
       post_(std::move(post)),
-      least_conn_(config.balance == "least_conn") {}
+      least_conn_(config.balance == "least_conn") {
+  if (config_.addrs.empty()) config_.addrs.push_back(config_.addr);  // a Config built in code
+}
 
 UpstreamGroup::~UpstreamGroup() {
   if (resolver_.joinable()) resolver_.join();
@@ -122,9 +124,7 @@ void UpstreamGroup::AddServer(const HostPort& name, const Address& address) {
 }
 
 bool UpstreamGroup::Init(std::string* error) {
-  std::vector<HostPort> names = config_.addrs;
-  if (names.empty()) names.push_back(config_.addr);  // a Config built in code, not parsed
-  for (const HostPort& name : names) {
+  for (const HostPort& name : config_.addrs) {
     Resolved resolved = ResolveName(name);
     if (resolved.addresses.empty()) {
       *error = resolved.error;
@@ -188,23 +188,21 @@ size_t UpstreamGroup::Pick(size_t start, const std::vector<size_t>& tried) const
 
 void UpstreamGroup::Send(std::string request, bool head_request, const UpstreamLimits& limits,
                          UpstreamCallback done) {
-  auto call = std::make_shared<Call>();
-  call->group = this;
-  call->request = std::move(request);
-  call->head = head_request;
-  call->limits = limits;
-  call->done = std::move(done);
-  call->start = next_++;
-  call->index = Pick(call->start, call->tried);
-  Try(std::move(call));
+  Start(std::move(request), head_request, limits, nullptr, std::move(done));
 }
 
 StreamCall* UpstreamGroup::SendStream(std::string head, bool head_request,
                                       const UpstreamLimits& limits, StreamReceiver* receiver,
                                       UpstreamCallback done) {
+  return Start(std::move(head), head_request, limits, receiver, std::move(done));
+}
+
+StreamCall* UpstreamGroup::Start(std::string request, bool head_request,
+                                 const UpstreamLimits& limits, StreamReceiver* receiver,
+                                 UpstreamCallback done) {
   auto call = std::make_shared<Call>();
   call->group = this;
-  call->request = std::move(head);
+  call->request = std::move(request);
   call->head = head_request;
   call->limits = limits;
   call->done = std::move(done);
@@ -331,9 +329,7 @@ void UpstreamGroup::Resolve() {
   if (resolving_ || aborting_) return;
   resolving_ = true;
   if (resolver_.joinable()) resolver_.join();
-  std::vector<HostPort> names = config_.addrs;
-  if (names.empty()) names.push_back(config_.addr);
-  resolver_ = std::thread([this, names = std::move(names)] {
+  resolver_ = std::thread([this, names = config_.addrs] {
     std::vector<Resolved> resolved;
     for (const HostPort& name : names) resolved.push_back(ResolveName(name));
     post_([this, resolved = std::move(resolved)] { ApplyResolved(resolved); });

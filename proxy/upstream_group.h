@@ -73,6 +73,9 @@ class UpstreamGroup {
   };
   struct Call;
 
+  // Send and SendStream (`receiver` null: a plain call): a new call, on the server Pick chooses.
+  StreamCall* Start(std::string request, bool head_request, const UpstreamLimits& limits,
+                    StreamReceiver* receiver, UpstreamCallback done);
   bool Up(const Server& server, std::chrono::steady_clock::time_point now) const;
   bool UpNow(const Server& server) const;
   size_t Pick(size_t start, const std::vector<size_t>& tried) const;

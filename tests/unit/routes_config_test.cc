@@ -93,6 +93,31 @@ TEST(RoutesConfig, ReloadKeepsTheRunningTableWhenItsShapeChanges) {
             (std::vector<std::string>{"POST", "PUT"}));
 }
 
+// Each part of the shape alone keeps the running table: a prefix, a host changed or dropped, and
+// a restart-only key a route starts to set (even to the value it inherited).
+TEST(RoutesConfig, ReloadKeepsTheRunningTableForEveryPartOfItsShape) {
+  const Config running = ParseOk(kRoutes);
+  const std::string refunds = "prefix = \"/v1/refunds\"\nhost = \"Api.Example.com\"\n";
+  std::vector<std::string> changed;
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find("/v1/refunds"), 11, "/v1/returns");
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find("Api.Example.com"), 15, "api2.example.com");
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find(refunds), refunds.size(),
+                         "prefix = \"/v1/refunds\"\n");
+  changed.push_back(kRoutes);
+  changed.back().replace(changed.back().find("[429]"), 5,
+                         "[429]\nidempotency = { fingerprint_headers = [] }");
+  for (const std::string& text : changed) {
+    ReloadPlan plan = PlanReload(running, ParseOk(text));
+    ASSERT_EQ(plan.ignored.size(), 1u) << text;
+    EXPECT_EQ(plan.ignored[0].rfind("routes (order", 0), 0u) << text;
+    EXPECT_EQ(plan.config->routes[0].prefix, "/v1/refunds") << text;
+    EXPECT_EQ(plan.config->routes[0].host, "api.example.com") << text;
+  }
+}
+
 // Named groups wait for a restart: a route lease shortened together with its group's timeout
 // would not cover the running group's, so the running routes stay.
 TEST(RoutesConfig, ReloadKeepsRoutesWhoseLeaseWouldNotCoverTheRunningGroup) {
@@ -149,6 +174,11 @@ TEST(RoutesConfig, BadRoutesAreRefusedNamingTheRouteKey) {
        "key 'routes[1].no_store_statuses': 200 is not a 4xx or 5xx status"},
       {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = [429, 429]\n",
        "429 is listed more than once"},
+      {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = [\"429\"]\n",
+       "key 'routes[1].no_store_statuses': expected an array of integers, got an element of type "
+       "string"},
+      {"[[routes]]\nprefix = \"/v1\"\nno_store_statuses = 429\n",
+       "key 'routes[1].no_store_statuses': expected an array of integers, got integer"},
       {"[[routes]]\nprefix = \"/v1\"\nidempotency = { header = \"X\" }\n",
        "key 'routes[1].idempotency.header': unknown key"},
       {"[[routes]]\nprefix = \"/v1\"\nlimits = 5\n",
