@@ -37,6 +37,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kStoreProbeTimeout{2'000};
 constexpr milliseconds kUpstreamProbeMaxTimeout{2'000};
 constexpr milliseconds kStoreCallTimeout{5'000};
+constexpr int kAdminTimeoutS = 10;  // an admin connection's read/write timeout
 // The readiness probe's record: an all-zero scope id (no SHA-256 output) and a reserved key.
 constexpr char kProbeKey[] = "idemgate-internal-readyz-probe";
 constexpr char kCredentialHeader[] = "X-Idemgate-Credential";
@@ -286,8 +287,11 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
       http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST);
   evhttp_set_max_headers_size(http_, 16 << 10);
   evhttp_set_max_body_size(http_, 0);
-  evhttp_set_timeout(http_, 10);
+  evhttp_set_timeout(http_, kAdminTimeoutS);
   evhttp_set_gencb(http_, &AdminServer::OnRequest, this);
+  backup_done_ev_.reset(
+      event_new(base_.get(), -1, 0, &EventTrampoline<AdminServer, &AdminServer::OnBackupDone>,
+                this));
   evhttp_bound_socket* bound = evhttp_bind_socket_with_handle(http_, addr.host.c_str(), addr.port);
   if (!bound) {
     *error = "cannot listen on admin address " + addr.host + ":" + std::to_string(addr.port) +
@@ -308,8 +312,11 @@ void AdminServer::Stop() {
     event_base_loopbreak(base_.get());  // thread-safe: evthread_use_pthreads() ran first
     thread_.join();
   }
-  if (http_) evhttp_free(http_);
+  // A backup still being written is finished (the store must outlive it); nobody hears of it.
+  if (backup_thread_.joinable()) backup_thread_.join();
+  if (http_) evhttp_free(http_);  // with the requests still waiting for an answer
   http_ = nullptr;
+  backup_done_ev_.reset();
   base_.reset();
 }
 
@@ -381,7 +388,8 @@ bool AdminServer::Authorize(evhttp_request* req, const Config& config) {
 }
 
 // POST /backup: a checkpoint of the store, written under [admin] backup_dir while the gateway
-// serves (this thread waits for it; the data-plane loops do not). Logged like a delete.
+// serves (on backup_thread_: neither this loop nor the data-plane loops wait for it). Logged like
+// a delete.
 void AdminServer::HandleBackup(evhttp_request* req) {
   std::shared_ptr<const Config> config = gateway_->Snapshot();
   if (!Authorize(req, *config)) return;
@@ -394,33 +402,75 @@ void AdminServer::HandleBackup(evhttp_request* req) {
     return ReplyError(req, 404, "Not Found", "not_found",
                       "Backups are off: [admin] backup_dir is not configured.");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(root, ec);
-  const auto now = std::chrono::system_clock::now();
-  const int64_t now_ms = std::chrono::duration_cast<milliseconds>(now.time_since_epoch()).count();
-  std::string stamp = FormatRfc3339(now_ms, true);  // 2026-11-30T19:01:02.345Z
-  std::erase(stamp, ':');
-  const std::string dir = root + "/idemgate-" + stamp;
-  const auto started = std::chrono::steady_clock::now();
-  StoreStatus status =
-      ec ? StoreStatus{StoreCode::kIoError, "cannot create " + root + ": " + ec.message()}
-         : gateway_->store->Checkpoint(dir);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (metrics_) metrics_->BackupFinished(status.ok(), now_ms);
-  LogF(status.ok() ? LogLevel::kInfo : LogLevel::kError, "admin",
-       "backup: client=%s path=%s result=%s%s", PeerAddress(req).c_str(), dir.c_str(),
-       status.ok() ? "written" : "failed: ", status.message.c_str());
-  if (!status.ok()) {
-    return ReplyError(req, 500, "Internal Server Error", "backup_failed",
-                      "The backup was not written: " + status.message);
+  // The answer waits for the backup (and any before it), not for the connection's idle timeout.
+  if (evhttp_connection* conn = evhttp_request_get_connection(req)) {
+    evhttp_connection_set_timeout(conn, 24 * 3600);
   }
-  char took[32];
-  snprintf(took, sizeof(took), "%.3f", seconds);
-  ReplyJson(req, 200, "OK",
-            "{\"backup\":\"" + JsonEscape(dir) +
-                "\",\"records\":" + std::to_string(gateway_->store->ApproximateRecords()) +
-                ",\"seconds\":" + took + "}");
+  if (backup_running_) {
+    backup_queue_.emplace_back(req, root);  // started when the running one is answered
+    return;
+  }
+  StartBackup(req, root);
+}
+
+void AdminServer::StartBackup(evhttp_request* req, const std::string& root) {
+  backup_running_ = true;
+  if (backup_thread_.joinable()) backup_thread_.join();  // the last one's: it has finished
+  Backup b;
+  b.req = req;
+  b.client = PeerAddress(req);  // now: the client may be gone when the answer is ready
+  const auto now = std::chrono::system_clock::now();
+  b.unix_ms = std::chrono::duration_cast<milliseconds>(now.time_since_epoch()).count();
+  std::string stamp = FormatRfc3339(b.unix_ms, true);  // 2026-11-30T19:01:02.345Z
+  std::erase(stamp, ':');
+  b.dir = root + "/idemgate-" + stamp;
+  backup_thread_ = std::thread([this, b = std::move(b), root]() mutable {
+    const auto started = std::chrono::steady_clock::now();
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    b.status = ec ? StoreStatus{StoreCode::kIoError, "cannot create " + root + ": " + ec.message()}
+                  : gateway_->store->Checkpoint(b.dir);
+    b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    {
+      std::lock_guard<std::mutex> lock(backup_mu_);
+      backup_done_ = std::move(b);
+    }
+    event_active(backup_done_ev_.get(), 0, 0);  // thread-safe: evthread_use_pthreads() ran first
+  });
+}
+
+void AdminServer::OnBackupDone() {
+  std::optional<Backup> done;
+  {
+    std::lock_guard<std::mutex> lock(backup_mu_);
+    done.swap(backup_done_);
+  }
+  if (!done) return;
+  const Backup& b = *done;
+  if (metrics_) metrics_->BackupFinished(b.status.ok(), b.unix_ms);
+  LogF(b.status.ok() ? LogLevel::kInfo : LogLevel::kError, "admin",
+       "backup: client=%s path=%s result=%s%s", b.client.c_str(), b.dir.c_str(),
+       b.status.ok() ? "written" : "failed: ", b.status.message.c_str());
+  if (evhttp_connection* conn = evhttp_request_get_connection(b.req)) {  // null: client gone
+    evhttp_connection_set_timeout(conn, kAdminTimeoutS);
+  }
+  if (!b.status.ok()) {
+    ReplyError(b.req, 500, "Internal Server Error", "backup_failed",
+               "The backup was not written: " + b.status.message);
+  } else {
+    char took[32];
+    snprintf(took, sizeof(took), "%.3f", b.seconds);
+    ReplyJson(b.req, 200, "OK",
+              "{\"backup\":\"" + JsonEscape(b.dir) +
+                  "\",\"records\":" + std::to_string(gateway_->store->ApproximateRecords()) +
+                  ",\"seconds\":" + took + "}");
+  }
+  backup_running_ = false;
+  if (!backup_queue_.empty()) {
+    auto [req, root] = std::move(backup_queue_.front());
+    backup_queue_.pop_front();
+    StartBackup(req, root);
+  }
 }
 
 void AdminServer::HandleRecords(evhttp_request* req) {

@@ -7,8 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "conf/config.h"
 #include "proxy/event_util.h"
@@ -52,6 +56,10 @@ class AdminServer {
   void HandleReady(evhttp_request* req);
   void HandleRecords(evhttp_request* req);
   void HandleBackup(evhttp_request* req);
+  // Starts `req`'s backup (into a new directory under `root`) on backup_thread_.
+  void StartBackup(evhttp_request* req, const std::string& root);
+  // On the admin loop, once backup_thread_ has finished: logs and answers, starts the next.
+  void OnBackupDone();
   void LookupRecord(evhttp_request* req, const ScopeId& scope, const std::string& key);
   // Refused (409) while an attempt's lease is alive, unless `force`; every delete is logged.
   void DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key,
@@ -65,6 +73,24 @@ class AdminServer {
   evhttp* http_ = nullptr;
   std::thread thread_;
   std::atomic<bool> draining_{false};
+
+  // POST /backup runs a checkpoint on its own thread (it may take seconds, or minutes when
+  // backup_dir is on another filesystem), so /healthz, /readyz and /metrics keep answering.
+  // One at a time, in arrival order, as when the admin loop ran them itself.
+  struct Backup {
+    evhttp_request* req = nullptr;
+    std::string dir;
+    std::string client;
+    int64_t unix_ms = 0;
+    StoreStatus status;
+    double seconds = 0;
+  };
+  std::thread backup_thread_;
+  bool backup_running_ = false;                                     // admin loop only
+  std::deque<std::pair<evhttp_request*, std::string>> backup_queue_;  // admin loop: (req, root)
+  EventPtr backup_done_ev_;                                         // made active by the thread
+  std::mutex backup_mu_;
+  std::optional<Backup> backup_done_;  // guarded by backup_mu_: the finished one
 };
 
 }  // namespace idemgate

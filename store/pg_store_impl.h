@@ -102,15 +102,9 @@ class PgStore final : public Store, public pg::ConnListener {
     LookupResult result;
     result.outcome = LookupOutcome::kNotCached;  // no cache: the event loops go through Claim
     if (mode == LookupMode::kNoWait) return result;
-    auto op = std::make_unique<Op>();
-    op->kind = OpKind::kLookup;
-    op->sql = pg::kLookupSql;
-    ScopeKey(op.get(), scope, key);
-    op->params.Int(Offset());
     std::promise<LookupResult> p;
     std::future<LookupResult> f = p.get_future();
-    op->lookup_done = [&p](LookupResult r) { p.set_value(std::move(r)); };
-    Submit(std::move(op));
+    LookupAsync(scope, std::string(key), [&p](LookupResult r) { p.set_value(std::move(r)); });
     return f.get();
   }
 

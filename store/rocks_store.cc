@@ -303,8 +303,7 @@ void RocksStore::RunBatch(std::vector<Op>& batch) {
                                                       : "database is not open (reopen failed)"});
   }
   batch_.Clear();
-  undo_.Clear();
-  local_.Drop();
+  undo_.Clear();  // (local_ has nothing staged: each batch ends in Commit or Drop)
   const TimeMs now = clock_->NowMs();
   const TimeMs now_mono = clock_->MonotonicMs();
   for (Op& op : batch) Decide(op, now, now_mono);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
@@ -124,6 +125,31 @@ TEST_F(BackupTest, BackupWhileServingThenKillRestoreAndEveryKeyReplays) {
     EXPECT_EQ(WithoutReplayedHeader(r.raw), WithoutRequestId(first[i].raw)) << i;
   }
   EXPECT_EQ(demo_.executions(), executions);  // nothing executed again
+}
+
+// Backups run one at a time off the admin loop: two asked at once are both written, each into
+// its own directory (the second waits its turn; /healthz is asked while it may still run).
+TEST_F(BackupTest, TwoAtOnceAreBothWritten) {
+  StartWithAdmin();
+  ASSERT_EQ(Post("two-0", Body(0)).status, 201);
+  HttpResponse results[2];
+  std::thread other([&] { results[1] = Admin("POST", Auth()); });
+  results[0] = Admin("POST", Auth());
+  EXPECT_EQ(TestClient(admin_port_).Request("GET", "/healthz").status, 200);
+  other.join();
+  std::set<std::string> dirs;
+  for (const HttpResponse& r : results) {
+    ASSERT_EQ(r.status, 200) << r.raw << "\n" << gateway_.log();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.body, m, std::regex(R"re("backup":"([^"]+)")re"))) << r.body;
+    EXPECT_TRUE(std::filesystem::exists(m[1].str() + "/CURRENT")) << m[1].str();
+    dirs.insert(m[1].str());
+  }
+  EXPECT_EQ(dirs.size(), 2u);
+  HttpResponse metrics = TestClient(admin_port_).Request("GET", "/metrics");
+  EXPECT_NE(metrics.body.find("\nidemgate_backups_total{result=\"written\"} 2\n"),
+            std::string::npos)
+      << metrics.body;
 }
 
 TEST_F(BackupTest, NeedsTheTokenAndPost) {

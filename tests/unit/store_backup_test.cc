@@ -18,20 +18,10 @@ namespace {
 
 using namespace idemgate::testing;
 
-std::unique_ptr<Store> OpenAt(const std::string& path, const Clock* clock) {
-  RocksStoreOptions o;
-  o.path = path;
-  o.clock = clock;
-  std::string error;
-  std::unique_ptr<Store> store = OpenRocksStore(o, &error);
-  EXPECT_NE(store, nullptr) << error;
-  return store;
-}
-
 TEST(StoreBackup, CheckpointWhileWritingThenRestoreHoldsEveryCompletedRecord) {
   TempDir dir;
   FakeClock clock;
-  std::unique_ptr<Store> store = OpenAt(dir.path() + "/db", &clock);
+  std::unique_ptr<Store> store = OpenRocksAt(dir.path() + "/db", &clock);
   ASSERT_TRUE(store->PutMeta("signature", "sig-1").ok());
   constexpr int kKeys = 200;
   for (int i = 0; i < kKeys; ++i) {
@@ -71,7 +61,7 @@ TEST(StoreBackup, CheckpointWhileWritingThenRestoreHoldsEveryCompletedRecord) {
     EXPECT_EQ(st.st_nlink, 1u) << entry.path();
   }
   EXPECT_NE(RestoreCheckpoint(checkpoint, restored), "");  // not over a store
-  std::unique_ptr<Store> back = OpenAt(restored, &clock);
+  std::unique_ptr<Store> back = OpenRocksAt(restored, &clock);
   ASSERT_NE(back, nullptr);
   std::optional<std::string> signature;
   ASSERT_TRUE(back->GetMeta("signature", &signature).ok());

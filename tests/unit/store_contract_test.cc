@@ -385,6 +385,21 @@ TEST_P(StoreContract, ExactlyOneFreshPerKeyThenEveryoneReplays) {
   }
 }
 
+// R6: a completion keeps when it was made (the store's clock), stored with the record: it reads
+// back after a reopen.
+TEST_P(StoreContract, CompletionTimeIsStored) {
+  ClaimToken token = FreshClaim(Req("k"));
+  const TimeMs created = MustFind("k").created_ms;
+  Advance(5'000);
+  ASSERT_TRUE(CompleteNow(*store_, token, Resp(201, "x")).ok());
+  Record done = MustFind("k");
+  EXPECT_GE(done.completed_ms - created, 5'000);
+  EXPECT_LT(done.completed_ms - created, 60'000);
+  Advance(5'000);
+  Reopen();
+  EXPECT_EQ(MustFind("k").completed_ms, done.completed_ms);
+}
+
 // An online backup: the embedded store writes a checkpoint; PostgreSQL makes none and says which
 // tools back it up.
 TEST_P(StoreContract, CheckpointOrWhichToolToUse) {

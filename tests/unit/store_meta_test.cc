@@ -14,30 +14,21 @@
 namespace idemgate {
 namespace {
 
+using testing::OpenRocksAt;
 using testing::TempDir;
-
-std::unique_ptr<Store> Open(const std::string& path, const Clock* clock) {
-  RocksStoreOptions options;
-  options.path = path;
-  options.clock = clock;
-  std::string error;
-  std::unique_ptr<Store> store = OpenRocksStore(options, &error);
-  EXPECT_NE(store, nullptr) << error;
-  return store;
-}
 
 TEST(StoreMeta, RoundTripSurvivesReopenAndCompactionPastEveryExpiry) {
   TempDir dir;
   FakeClock clock;
   {
-    std::unique_ptr<Store> store = Open(dir.path(), &clock);
+    std::unique_ptr<Store> store = OpenRocksAt(dir.path(), &clock);
     std::optional<std::string> value = "stale";
     ASSERT_TRUE(store->GetMeta("signature", &value).ok());
     EXPECT_FALSE(value.has_value());  // never written
     ASSERT_TRUE(store->PutMeta("signature", std::string("v1\nx=\0y", 7)).ok());
     store->Close();
   }
-  std::unique_ptr<Store> store = Open(dir.path(), &clock);
+  std::unique_ptr<Store> store = OpenRocksAt(dir.path(), &clock);
   clock.Advance(400LL * 86'400'000);  // past any record's ttl
   ASSERT_TRUE(CompactRocksStore(store.get()).ok());
   std::optional<std::string> value;
@@ -53,7 +44,7 @@ TEST(StoreMeta, RoundTripSurvivesReopenAndCompactionPastEveryExpiry) {
 TEST(StoreMeta, IsNotARecordAndRecordsAreNotMeta) {
   TempDir dir;
   FakeClock clock;
-  std::unique_ptr<Store> store = Open(dir.path(), &clock);
+  std::unique_ptr<Store> store = OpenRocksAt(dir.path(), &clock);
   ASSERT_TRUE(store->PutMeta("signature", "v1").ok());
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/IDEMGATE-META-signature"));
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/IDEMGATE-META-signature.tmp"));

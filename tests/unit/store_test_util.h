@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <string>
 
 #include "store/rocks_store.h"
@@ -31,6 +32,17 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A RocksDB store at `path` on `clock` (default options); null, with a test failure, if it fails.
+inline std::unique_ptr<Store> OpenRocksAt(const std::string& path, const Clock* clock) {
+  RocksStoreOptions options;
+  options.path = path;
+  options.clock = clock;
+  std::string error;
+  std::unique_ptr<Store> store = OpenRocksStore(options, &error);
+  EXPECT_NE(store, nullptr) << error;
+  return store;
+}
 
 inline ClaimResult ClaimNow(Store& store, ClaimRequest request) {
   std::promise<ClaimResult> p;
