@@ -13,11 +13,8 @@ constexpr char kCredential[] = "Bearer merchant-demo";  // kMerchant's Authoriza
 class RecordApiTest : public GatewayTest {
  protected:
   void StartWithAdmin(const std::string& token) {
-    Set("admin", "address", "\"127.0.0.1:0\"");
     if (!token.empty()) Set("admin", "token", "\"" + token + "\"");
-    StartGateway();
-    admin_port_ = gateway_.WaitForPort("admin listening on ");
-    ASSERT_NE(admin_port_, 0) << gateway_.log();
+    GatewayTest::StartWithAdmin();
   }
 
   HttpResponse Records(std::string_view method, const std::string& query,
@@ -30,7 +27,6 @@ class RecordApiTest : public GatewayTest {
     return {{"Authorization", "Bearer " + token}, {"X-Idemgate-Credential", kCredential}};
   }
 
-  uint16_t admin_port_ = 0;
 };
 
 TEST_F(RecordApiTest, OffWithoutAToken) {
