@@ -109,6 +109,8 @@ TEST_F(GatewayTest, RequestIdIsForwardedAndLogged) {
   ASSERT_EQ(Post("rid-3", "{}", "/v1/payment_intents", bad).status, 201);
   EXPECT_EQ(upstream_.last_request()->HeaderCount("X-Request-Id"), 1);
   EXPECT_NE(upstream_.last_request()->Header("X-Request-Id"), std::string(200, 'x'));
+  EXPECT_TRUE(std::regex_match(upstream_.last_request()->Header("X-Request-Id").value_or(""),
+                               std::regex("[0-9a-f]{32}")));  // a made one, as for rid-2
 
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   std::string log;
