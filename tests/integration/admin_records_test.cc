@@ -222,12 +222,8 @@ TEST_F(RecordApiTest, ALookupThatFindsNothingNamesItsScopeAndKeyHash) {
   Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
   StartWithAdmin(kToken);
   ASSERT_EQ(Post("r-miss", "{}").status, 201);
-  std::string log;
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       log.find("key_hash") == std::string::npos && std::chrono::steady_clock::now() < deadline;
-       log = dir_.ReadFile("access.log")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  std::string log = AccessLogWhen(
+      [](const std::string& text) { return text.find("key_hash") != std::string::npos; });
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex(R"re("key_hash":"([0-9a-f]{16})")re"))) << log;
   const std::string logged = m[1].str();

@@ -7,11 +7,14 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/demo_api.h"
@@ -157,6 +160,18 @@ class GatewayTest : public ::testing::Test {
 
   // The value of one series in a fresh scrape; -1 when absent.
   double Metric(const std::string& series) { return MetricValue(Scrape(), series); }
+
+  // The access log (the file `name` in dir_) once `ready` holds for its text; what it holds after
+  // 5 s otherwise. A line is written after its answer, so a test polls for it.
+  std::string AccessLogWhen(const std::function<bool(const std::string&)>& ready,
+                            std::string_view name = "access.log") const {
+    std::string log = dir_.ReadFile(name);
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+         !ready(log) && std::chrono::steady_clock::now() < deadline; log = dir_.ReadFile(name)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return log;
+  }
 
   void RestartGateway() {
     gateway_.Kill(SIGKILL);

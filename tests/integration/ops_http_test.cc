@@ -2,7 +2,6 @@
 // that are not quite HTTP/1.1: HTTP/1.0 without Host, empty credentials, HTTP/2 prefaces.
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <regex>
 #include <thread>
 
@@ -10,18 +9,6 @@
 
 namespace idemgate::test {
 namespace {
-
-// The file `name` in `dir` (the access log) once `ready` holds for its text (what it holds after
-// 5 s otherwise): the log line is written after the answer.
-std::string AccessLogWhen(const TempDir& dir, const std::string& name,
-                          const std::function<bool(const std::string&)>& ready) {
-  std::string log = dir.ReadFile(name);
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       !ready(log) && std::chrono::steady_clock::now() < deadline; log = dir.ReadFile(name)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return log;
-}
 
 // HTTP/1.0 allows a request without Host; it goes upstream as HTTP/1.1, which requires one.
 TEST_F(GatewayTest, Http10WithoutHostGetsTheUpstreamsHost) {
@@ -87,7 +74,7 @@ TEST_F(GatewayTest, ClientGoneBeforeItsAnswerIsLogged499) {
         {"POST", "/v1/payment_intents", {kMerchant[0], {"Idempotency-Key", "gone-1"}}, "{}"})));
     ASSERT_TRUE(upstream_.WaitForRequests(1));
   }  // closed while the upstream works
-  std::string log = AccessLogWhen(dir_, "access.log", [](const std::string& text) {
+  std::string log = AccessLogWhen([](const std::string& text) {
     return text.find('\n') != std::string::npos;
   });
   EXPECT_NE(log.find("\"status\":499,\"answer_status\":201,\"outcome\":\"fresh\""),
@@ -122,7 +109,7 @@ TEST_F(GatewayTest, RequestIdIsForwardedAndLogged) {
   EXPECT_TRUE(std::regex_match(upstream_.last_request()->Header("X-Request-Id").value_or(""),
                                std::regex("[0-9a-f]{32}")));  // a made one, as for rid-2
 
-  std::string log = AccessLogWhen(dir_, "access.log", [](const std::string& text) {
+  std::string log = AccessLogWhen([](const std::string& text) {
     return std::count(text.begin(), text.end(), '\n') >= 3;
   });
   EXPECT_NE(log.find("\"request_id\":\"req-abc-123\""), std::string::npos) << log;
@@ -171,7 +158,7 @@ TEST_F(GatewayTest, EveryAnswerReturnsItsOwnRequestId) {
   EXPECT_EQ(passthrough.HeaderCount("X-Request-Id"), 1) << passthrough.raw;
   EXPECT_EQ(passthrough.Header("X-Request-Id"), "p-1");
 
-  std::string log = AccessLogWhen(dir_, "access.log", [](const std::string& text) {
+  std::string log = AccessLogWhen([](const std::string& text) {
     return text.find("\"request_id\":\"p-1\"") != std::string::npos;
   });
   EXPECT_NE(log.find("\"request_id\":\"second-id\",\"status\":201,\"outcome\":\"replay\""),

@@ -310,13 +310,9 @@ TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
   const std::string why = "TLS certificate verification failed for localhost: ";
   EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: " + why))
       << gateway_.log();
-  std::string log;
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       log.find("upstream_unavailable") == std::string::npos &&
-       std::chrono::steady_clock::now() < deadline;
-       log = dir_.ReadFile("access.log")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  std::string log = AccessLogWhen([](const std::string& text) {
+    return text.find("upstream_unavailable") != std::string::npos;
+  });
   EXPECT_NE(log.find("\"error\":\"upstream_unavailable\",\"error_detail\":\"" + why),
             std::string::npos)
       << log;
