@@ -12,13 +12,6 @@ using namespace std::chrono_literals;
 
 class AdminTest : public GatewayTest {
  protected:
-  void StartWithAdmin() {
-    Set("admin", "address", "\"127.0.0.1:0\"");
-    StartGateway();
-    admin_port_ = gateway_.WaitForPort("admin listening on ");
-    ASSERT_NE(admin_port_, 0) << gateway_.log();
-  }
-
   HttpResponse Admin(std::string_view method, std::string_view target) {
     TestClient client(admin_port_);
     return client.Request(method, target);
@@ -30,20 +23,10 @@ class AdminTest : public GatewayTest {
     EXPECT_EQ(r.Header("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
     return r.body;
   }
-
-  uint16_t admin_port_ = 0;
 };
 
-// The value of one series ("name{labels}" exactly as rendered); -1 when absent.
-double Value(const std::string& text, const std::string& series) {
-  std::string needle = "\n" + series + " ";
-  size_t at = ("\n" + text).find(needle);
-  if (at == std::string::npos) return -1;
-  return std::strtod(text.c_str() + at + needle.size() - 1, nullptr);
-}
-
 double Requests(const std::string& text, const std::string& outcome) {
-  return Value(text, "idemgate_requests_total{outcome=\"" + outcome + "\"}");
+  return MetricValue(text, "idemgate_requests_total{outcome=\"" + outcome + "\"}");
 }
 
 TEST_F(AdminTest, EveryCounterMovesWithItsOutcome) {
@@ -80,23 +63,23 @@ TEST_F(AdminTest, EveryCounterMovesWithItsOutcome) {
   EXPECT_EQ(Requests(m, "in_flight"), 1);
   EXPECT_EQ(Requests(m, "passthrough"), 1);
   EXPECT_EQ(Requests(m, "takeover"), 0);
-  EXPECT_EQ(Value(m, "idemgate_requests_total{outcome=\"rejected\",code=\"missing_credentials\"}"),
+  EXPECT_EQ(MetricValue(m, "idemgate_requests_total{outcome=\"rejected\",code=\"missing_credentials\"}"),
             1);
-  EXPECT_EQ(Value(m, "idemgate_requests_total{outcome=\"rejected\",code=\"bad_request\"}"), 0);
-  EXPECT_EQ(Value(m, "idemgate_error_responses_total{code=\"idempotency_key_reused\"}"), 1);
-  EXPECT_EQ(Value(m, "idemgate_error_responses_total{code=\"idempotency_key_in_use\"}"), 1);
-  EXPECT_EQ(Value(m, "idemgate_error_responses_total{code=\"upstream_timeout\"}"), 1);
-  EXPECT_EQ(Value(m, "idemgate_error_responses_total{code=\"upstream_unavailable\"}"), 1);
-  EXPECT_EQ(Value(m, "idemgate_upstream_responses_total{class=\"2xx\"}"), 2);
-  EXPECT_EQ(Value(m, "idemgate_upstream_responses_total{class=\"5xx\"}"), 1);
-  EXPECT_EQ(Value(m, "idemgate_upstream_responses_total{class=\"4xx\"}"), 0);
-  EXPECT_EQ(Value(m, "idemgate_upstream_errors_total{kind=\"timeout\"}"), 1);
-  EXPECT_EQ(Value(m, "idemgate_upstream_errors_total{kind=\"unavailable\"}"), 1);
-  EXPECT_EQ(Value(m, "idemgate_upstream_errors_total{kind=\"failed\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "idemgate_requests_total{outcome=\"rejected\",code=\"bad_request\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "idemgate_error_responses_total{code=\"idempotency_key_reused\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_error_responses_total{code=\"idempotency_key_in_use\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_error_responses_total{code=\"upstream_timeout\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_error_responses_total{code=\"upstream_unavailable\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_upstream_responses_total{class=\"2xx\"}"), 2);
+  EXPECT_EQ(MetricValue(m, "idemgate_upstream_responses_total{class=\"5xx\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_upstream_responses_total{class=\"4xx\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "idemgate_upstream_errors_total{kind=\"timeout\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_upstream_errors_total{kind=\"unavailable\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_upstream_errors_total{kind=\"failed\"}"), 0);
   // Every answer is in the request histogram; only the five that went upstream in the other.
   // The request histogram has one series per outcome (9 answers in all).
   auto duration_count = [&](const char* outcome) {
-    return Value(
+    return MetricValue(
         m, std::string("idemgate_request_duration_seconds_count{outcome=\"") + outcome + "\"}");
   };
   EXPECT_EQ(duration_count("fresh"), 4) << m;
@@ -106,40 +89,40 @@ TEST_F(AdminTest, EveryCounterMovesWithItsOutcome) {
   EXPECT_EQ(duration_count("passthrough"), 1);
   EXPECT_EQ(duration_count("rejected"), 1);
   EXPECT_EQ(duration_count("takeover"), 0);
-  EXPECT_EQ(Value(m, "idemgate_request_duration_seconds_bucket{outcome=\"fresh\",le=\"+Inf\"}"), 4);
+  EXPECT_EQ(MetricValue(m, "idemgate_request_duration_seconds_bucket{outcome=\"fresh\",le=\"+Inf\"}"), 4);
   // The 409 counted once, under in_flight: no rejected series for its code (it could not move).
   EXPECT_EQ(m.find("outcome=\"rejected\",code=\"idempotency_key_in_use\""), std::string::npos);
   EXPECT_EQ(m.find("outcome=\"rejected\",code=\"idempotency_key_reused\""), std::string::npos);
-  EXPECT_EQ(Value(m, "idemgate_upstream_duration_seconds_count"), 5);
-  EXPECT_EQ(Value(m, "idemgate_store_operation_duration_seconds_count{op=\"claim\"}"), 4);
-  EXPECT_EQ(Value(m, "idemgate_store_operation_duration_seconds_count{op=\"complete\"}"), 3);
-  EXPECT_EQ(Value(m, "idemgate_store_operation_duration_seconds_count{op=\"release\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_upstream_duration_seconds_count"), 5);
+  EXPECT_EQ(MetricValue(m, "idemgate_store_operation_duration_seconds_count{op=\"claim\"}"), 4);
+  EXPECT_EQ(MetricValue(m, "idemgate_store_operation_duration_seconds_count{op=\"complete\"}"), 3);
+  EXPECT_EQ(MetricValue(m, "idemgate_store_operation_duration_seconds_count{op=\"release\"}"), 1);
   // Every claim, complete and release is one op of some group commit.
-  EXPECT_GE(Value(m, "idemgate_store_batch_size_count"), 1);
-  EXPECT_EQ(Value(m, "idemgate_store_batch_size_sum"), 8);
-  EXPECT_GE(Value(m, "idemgate_store_records"), 1);
+  EXPECT_GE(MetricValue(m, "idemgate_store_batch_size_count"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_store_batch_size_sum"), 8);
+  EXPECT_GE(MetricValue(m, "idemgate_store_records"), 1);
 }
 
 TEST_F(AdminTest, OpenConnectionsGauge) {
   StartWithAdmin();
-  EXPECT_EQ(Value(Scrape(), "idemgate_connections_open"), 0);
+  EXPECT_EQ(MetricValue(Scrape(), "idemgate_connections_open"), 0);
   {
     TestClient a(port_), b(port_);
     ASSERT_EQ(a.Request("GET", "/").status, 201);
     ASSERT_EQ(b.Request("GET", "/").status, 201);
-    EXPECT_EQ(Value(Scrape(), "idemgate_connections_open"), 2);
+    EXPECT_EQ(MetricValue(Scrape(), "idemgate_connections_open"), 2);
   }
   auto deadline = std::chrono::steady_clock::now() + 5s;
   double open = -1;
   while (std::chrono::steady_clock::now() < deadline) {
-    open = Value(Scrape(), "idemgate_connections_open");
+    open = MetricValue(Scrape(), "idemgate_connections_open");
     if (open == 0) break;
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(open, 0);
   // Every close is counted with its reason: both clients closed their idle connections.
-  EXPECT_EQ(Value(Scrape(), "idemgate_connections_closed_total{reason=\"client_closed\"}"), 2);
-  EXPECT_EQ(Value(Scrape(), "idemgate_connections_closed_total{reason=\"socket_error\"}"), 0);
+  EXPECT_EQ(MetricValue(Scrape(), "idemgate_connections_closed_total{reason=\"client_closed\"}"), 2);
+  EXPECT_EQ(MetricValue(Scrape(), "idemgate_connections_closed_total{reason=\"socket_error\"}"), 0);
 }
 
 TEST_F(AdminTest, HealthzAnswersOk) {

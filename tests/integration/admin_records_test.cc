@@ -13,11 +13,8 @@ constexpr char kCredential[] = "Bearer merchant-demo";  // kMerchant's Authoriza
 class RecordApiTest : public GatewayTest {
  protected:
   void StartWithAdmin(const std::string& token) {
-    Set("admin", "address", "\"127.0.0.1:0\"");
     if (!token.empty()) Set("admin", "token", "\"" + token + "\"");
-    StartGateway();
-    admin_port_ = gateway_.WaitForPort("admin listening on ");
-    ASSERT_NE(admin_port_, 0) << gateway_.log();
+    GatewayTest::StartWithAdmin();
   }
 
   HttpResponse Records(std::string_view method, const std::string& query,
@@ -30,7 +27,6 @@ class RecordApiTest : public GatewayTest {
     return {{"Authorization", "Bearer " + token}, {"X-Idemgate-Credential", kCredential}};
   }
 
-  uint16_t admin_port_ = 0;
 };
 
 TEST_F(RecordApiTest, OffWithoutAToken) {
@@ -226,12 +222,8 @@ TEST_F(RecordApiTest, ALookupThatFindsNothingNamesItsScopeAndKeyHash) {
   Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
   StartWithAdmin(kToken);
   ASSERT_EQ(Post("r-miss", "{}").status, 201);
-  std::string log;
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       log.find("key_hash") == std::string::npos && std::chrono::steady_clock::now() < deadline;
-       log = dir_.ReadFile("access.log")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  std::string log = AccessLogWhen(
+      [](const std::string& text) { return text.find("key_hash") != std::string::npos; });
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex(R"re("key_hash":"([0-9a-f]{16})")re"))) << log;
   const std::string logged = m[1].str();

@@ -5,9 +5,16 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/demo_api.h"
@@ -66,6 +73,24 @@ inline std::string WithoutReplayedHeader(std::string raw) {
   return WithoutRequestId(std::move(raw));
 }
 
+// The value of one /metrics series ("name{labels}" exactly as rendered); -1 when absent.
+inline double MetricValue(const std::string& text, const std::string& series) {
+  std::string needle = "\n" + series + " ";
+  size_t at = ("\n" + text).find(needle);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + needle.size() - 1, nullptr);
+}
+
+// A /proc/<pid>/status field (VmRSS, VmHWM) in bytes; 0 when unreadable.
+inline int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
+}
+
 // Runs the gateway binary with `args` to its exit (--version, --check-config, a refused start).
 struct RunResult {
   int code = -1;  // -1: did not exit normally
@@ -117,6 +142,37 @@ class GatewayTest : public ::testing::Test {
     ASSERT_NE(port_, 0) << gateway_.log();
   }
 
+  // Starts the gateway with its admin listener on port 0 too; that port is in admin_port_.
+  void StartWithAdmin() {
+    Set("admin", "address", "\"127.0.0.1:0\"");
+    StartGateway();
+    admin_port_ = gateway_.WaitForPort("admin listening on ");
+    ASSERT_NE(admin_port_, 0) << gateway_.log();
+  }
+
+  // The admin listener's /metrics text.
+  std::string Scrape() {
+    TestClient client(admin_port_);
+    HttpResponse r = client.Request("GET", "/metrics");
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body;
+  }
+
+  // The value of one series in a fresh scrape; -1 when absent.
+  double Metric(const std::string& series) { return MetricValue(Scrape(), series); }
+
+  // The access log (the file `name` in dir_) once `ready` holds for its text; what it holds after
+  // 5 s otherwise. A line is written after its answer, so a test polls for it.
+  std::string AccessLogWhen(const std::function<bool(const std::string&)>& ready,
+                            std::string_view name = "access.log") const {
+    std::string log = dir_.ReadFile(name);
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+         !ready(log) && std::chrono::steady_clock::now() < deadline; log = dir_.ReadFile(name)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return log;
+  }
+
   void RestartGateway() {
     gateway_.Kill(SIGKILL);
     gateway_.Wait();
@@ -135,6 +191,7 @@ class GatewayTest : public ::testing::Test {
   FakeUpstream upstream_;
   GatewayProcess gateway_;
   uint16_t port_ = 0;
+  uint16_t admin_port_ = 0;
   std::map<std::string, std::map<std::string, std::string>> sections_;
 };
 

@@ -26,16 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 constexpr int64_t kMiB = 1 << 20;
 
-// VmRSS of `pid` in bytes (0 when unreadable).
-int64_t RssBytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 // How many file descriptors `pid` has open.
 // The process's open sockets (RocksDB opens and closes files on its own schedule, so only
 // sockets say which connections are open).
@@ -105,7 +95,7 @@ TEST_F(LimitsMemoryTest, PipeliningWithoutReadingIsBounded) {
       }
     }
   }
-  int64_t rss = RssBytes(gateway_.pid());
+  int64_t rss = ProcStatusBytes(gateway_.pid(), "VmRSS");
   Report("pipelining 4 clients, unread", rss);
   std::cout << "[ RSS      ] bytes of requests the gateway accepted: " << sent << "\n";
   EXPECT_LT(rss, 200 * kMiB);
@@ -140,7 +130,7 @@ TEST_F(LimitsMemoryTest, SlowReadersOfLargeAnswersAreBounded) {
       if (n <= 0) FAIL() << "reader " << c << " lost its connection";
       got[c] += static_cast<size_t>(n);
     }
-    peak = std::max(peak, RssBytes(gateway_.pid()));
+    peak = std::max(peak, ProcStatusBytes(gateway_.pid(), "VmRSS"));
     std::this_thread::sleep_for(1ms);  // a slow reader: ~64 MiB/s at most across all four
   }
   Report("4 slow readers of 16 MiB answers, peak", peak);
@@ -183,7 +173,7 @@ TEST_F(LimitsMemoryTest, ClientThatStopsReadingIsDisconnected) {
 TEST_F(LimitsMemoryTest, ThousandIdleConnections) {
   StartGateway();
   ASSERT_EQ(Post("k-warm", "{}").status, 201);
-  int64_t before = RssBytes(gateway_.pid());
+  int64_t before = ProcStatusBytes(gateway_.pid(), "VmRSS");
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 1000; ++i) {
     idle.push_back(ConnectRaw(port_, false));
@@ -192,7 +182,7 @@ TEST_F(LimitsMemoryTest, ThousandIdleConnections) {
   // Every connection was accepted: a request on a fresh one still works, and the 1,000 are open.
   ASSERT_EQ(Post("k-after-idle", "{}").status, 201);
   std::this_thread::sleep_for(200ms);  // let the accept loop catch up before measuring
-  int64_t after = RssBytes(gateway_.pid());
+  int64_t after = ProcStatusBytes(gateway_.pid(), "VmRSS");
   Report("RSS before 1000 idle connections", before);
   Report("RSS with 1000 idle connections", after);
   std::cout << "[ RSS      ] per idle connection: " << (after - before) / 1000 << " bytes\n";

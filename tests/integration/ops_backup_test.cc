@@ -28,12 +28,6 @@ class BackupTest : public GatewayTest {
     Set("admin", "backup_dir", "\"" + dir_.Path("backups") + "\"");
   }
 
-  void StartWithAdmin() {
-    StartGateway();
-    admin_port_ = gateway_.WaitForPort("admin listening on ");
-    ASSERT_NE(admin_port_, 0) << gateway_.log();
-  }
-
   HttpResponse Admin(std::string_view method, const HeaderList& headers) {
     TestClient client(admin_port_);
     return client.Request(method, "/backup", headers, "", 30s);
@@ -42,7 +36,6 @@ class BackupTest : public GatewayTest {
   static HeaderList Auth() { return {{"Authorization", std::string("Bearer ") + kToken}}; }
 
   DemoApi demo_;
-  uint16_t admin_port_ = 0;
 };
 
 std::string Body(int i) { return "{\"amount\":\"" + std::to_string(100 + i) + "\"}"; }
@@ -84,15 +77,12 @@ TEST_F(BackupTest, BackupWhileServingThenKillRestoreAndEveryKeyReplays) {
                                      " result=written"))
       << gateway_.log();
   EXPECT_EQ(gateway_.log().find("WARN store"), std::string::npos) << gateway_.log();
-  HttpResponse metrics = TestClient(admin_port_).Request("GET", "/metrics");
-  EXPECT_NE(metrics.body.find("\nidemgate_backups_total{result=\"written\"} 1\n"),
-            std::string::npos)
-      << metrics.body;
-  EXPECT_NE(metrics.body.find("\nidemgate_backups_total{result=\"failed\"} 0\n"),
-            std::string::npos);
+  std::string metrics = Scrape();
+  EXPECT_EQ(MetricValue(metrics, "idemgate_backups_total{result=\"written\"}"), 1) << metrics;
+  EXPECT_EQ(MetricValue(metrics, "idemgate_backups_total{result=\"failed\"}"), 0);
   EXPECT_TRUE(std::regex_search(
-      metrics.body, std::regex("\nidemgate_backup_last_written_timestamp_seconds [1-9][0-9]{9}\n")))
-      << metrics.body;
+      metrics, std::regex("\nidemgate_backup_last_written_timestamp_seconds [1-9][0-9]{9}\n")))
+      << metrics;
 
   gateway_.Kill(SIGKILL);
   gateway_.Wait();
@@ -172,12 +162,9 @@ TEST_F(BackupTest, AFailedBackupIsAnErrorAndCounted) {
   EXPECT_EQ(r.status, 500) << r.raw;
   EXPECT_NE(r.body.find("\"error\":\"backup_failed\""), std::string::npos) << r.body;
   EXPECT_TRUE(gateway_.WaitForOutput("ERROR admin: backup: client=127.0.0.1")) << gateway_.log();
-  HttpResponse metrics = TestClient(admin_port_).Request("GET", "/metrics");
-  EXPECT_NE(metrics.body.find("\nidemgate_backups_total{result=\"failed\"} 1\n"),
-            std::string::npos)
-      << metrics.body;
-  EXPECT_NE(metrics.body.find("\nidemgate_backup_last_written_timestamp_seconds 0\n"),
-            std::string::npos);
+  std::string metrics = Scrape();
+  EXPECT_EQ(MetricValue(metrics, "idemgate_backups_total{result=\"failed\"}"), 1) << metrics;
+  EXPECT_EQ(MetricValue(metrics, "idemgate_backup_last_written_timestamp_seconds"), 0);
 }
 
 TEST_F(BackupTest, OffWithoutABackupDir) {

@@ -87,12 +87,6 @@ TEST_F(PreflightTest, StoreHeldByAnotherProcessIsNamed) {
   EXPECT_EQ(Post("held-1", "{}").status, 201);  // the first one still serves
 }
 
-}  // namespace
-}  // namespace idemgate::test
-
-namespace idemgate::test {
-namespace {
-
 // Every line the gateway writes to stderr is one event: "<RFC 3339> <LEVEL> <subsystem>: ...".
 // (stdout carries only the "listening on" lines, the check-config verdict and the access log.)
 TEST_F(PreflightTest, EveryStderrLineHasTimestampLevelAndSubsystem) {

@@ -14,18 +14,6 @@ using namespace std::chrono_literals;
 
 class OpsMetricsTest : public GatewayTest {
  protected:
-  void StartWithAdmin() {
-    Set("admin", "address", "\"127.0.0.1:0\"");
-    StartGateway();
-    admin_port_ = gateway_.WaitForPort("admin listening on ");
-    ASSERT_NE(admin_port_, 0) << gateway_.log();
-  }
-  std::string Scrape() {
-    TestClient client(admin_port_);
-    HttpResponse r = client.Request("GET", "/metrics");
-    EXPECT_EQ(r.status, 200) << r.raw;
-    return r.body;
-  }
   // Rewrites the config file and sends SIGHUP; waits for the gateway's log line about it.
   void Reload(const std::string& text, const std::string& expect_line, int nth) {
     dir_.WriteFile("idemgate.toml", text);
@@ -41,15 +29,7 @@ class OpsMetricsTest : public GatewayTest {
       ++n;
     return n;
   }
-  uint16_t admin_port_ = 0;
 };
-
-double Value(const std::string& text, const std::string& series) {
-  std::string needle = "\n" + series + " ";
-  size_t at = ("\n" + text).find(needle);
-  if (at == std::string::npos) return -1;
-  return std::strtod(text.c_str() + at + needle.size() - 1, nullptr);
-}
 
 TEST_F(OpsMetricsTest, BuildInfoAndProcess) {
   StartWithAdmin();
@@ -58,22 +38,22 @@ TEST_F(OpsMetricsTest, BuildInfoAndProcess) {
       R"re(\nidemgate_build_info\{version="\d+\.\d+\.\d+",commit="([0-9a-f]+|unknown)",)re"
       R"re(libevent="2\.[^"]+",openssl="OpenSSL 3[^"]+",rocksdb="\d+\.\d+\.\d+"\} 1\n)re");
   EXPECT_TRUE(std::regex_search(m, kBuild)) << m;
-  EXPECT_GT(Value(m, "process_resident_memory_bytes"), 1e6) << m;
-  EXPECT_GT(Value(m, "process_open_fds"), 5) << m;  // listeners, the store, the admin socket
-  EXPECT_GT(Value(m, "process_max_fds"), Value(m, "process_open_fds"));
-  EXPECT_GE(Value(m, "process_cpu_seconds_total"), 0);
+  EXPECT_GT(MetricValue(m, "process_resident_memory_bytes"), 1e6) << m;
+  EXPECT_GT(MetricValue(m, "process_open_fds"), 5) << m;  // listeners, the store, the admin socket
+  EXPECT_GT(MetricValue(m, "process_max_fds"), MetricValue(m, "process_open_fds"));
+  EXPECT_GE(MetricValue(m, "process_cpu_seconds_total"), 0);
   double now = std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();
-  EXPECT_NEAR(Value(m, "process_start_time_seconds"), now, 60);
+  EXPECT_NEAR(MetricValue(m, "process_start_time_seconds"), now, 60);
 }
 
 TEST_F(OpsMetricsTest, ReloadsByResultAndTheRunningConfigsHash) {
   StartWithAdmin();
   std::string m = Scrape();
-  EXPECT_EQ(Value(m, "idemgate_config_reloads_total{result=\"success\"}"), 0) << m;
-  EXPECT_EQ(Value(m, "idemgate_config_reloads_total{result=\"failure\"}"), 0);
-  EXPECT_EQ(Value(m, "idemgate_config_last_reload_successful"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_config_reloads_total{result=\"success\"}"), 0) << m;
+  EXPECT_EQ(MetricValue(m, "idemgate_config_reloads_total{result=\"failure\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "idemgate_config_last_reload_successful"), 1);
   std::smatch hash;
   static const std::regex kInfo("idemgate_config_info[{]hash=\"([0-9a-f]{16})\"[}] 1");
   ASSERT_TRUE(std::regex_search(m, hash, kInfo)) << m;
@@ -81,17 +61,17 @@ TEST_F(OpsMetricsTest, ReloadsByResultAndTheRunningConfigsHash) {
 
   Reload("[listen\n", "reload failed", 1);  // broken: kept the running config
   m = Scrape();
-  EXPECT_EQ(Value(m, "idemgate_config_reloads_total{result=\"failure\"}"), 1) << m;
-  EXPECT_EQ(Value(m, "idemgate_config_last_reload_successful"), 0);
+  EXPECT_EQ(MetricValue(m, "idemgate_config_reloads_total{result=\"failure\"}"), 1) << m;
+  EXPECT_EQ(MetricValue(m, "idemgate_config_last_reload_successful"), 0);
   EXPECT_NE(m.find("idemgate_config_info{hash=\"" + first_hash + "\"} 1"), std::string::npos);
 
   Set("limits", "client_timeout", "\"9s\"");  // a live key
   Reload(ConfigText(), "config reloaded", 1);
   m = Scrape();
-  EXPECT_EQ(Value(m, "idemgate_config_reloads_total{result=\"success\"}"), 1) << m;
-  EXPECT_EQ(Value(m, "idemgate_config_last_reload_successful"), 1);
+  EXPECT_EQ(MetricValue(m, "idemgate_config_reloads_total{result=\"success\"}"), 1) << m;
+  EXPECT_EQ(MetricValue(m, "idemgate_config_last_reload_successful"), 1);
   EXPECT_EQ(m.find("idemgate_config_info{hash=\"" + first_hash + "\"}"), std::string::npos) << m;
-  EXPECT_GT(Value(m, "idemgate_config_loaded_timestamp_seconds"), 1e9);
+  EXPECT_GT(MetricValue(m, "idemgate_config_loaded_timestamp_seconds"), 1e9);
 }
 
 }  // namespace

@@ -16,7 +16,6 @@ class RoutesTest : public GatewayTest {
  protected:
   // The fixture's sections, then `routes` ([[routes]] tables).
   void StartWithRoutes(const std::string& routes) {
-    routes_ = routes;
     std::string path = dir_.WriteFile("idemgate.toml", ConfigText() + routes);
     ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", path})) << gateway_.error();
     port_ = gateway_.WaitForPort();
@@ -50,8 +49,6 @@ class RoutesTest : public GatewayTest {
       std::this_thread::sleep_for(10ms);
     }
   }
-
-  std::string routes_;
 };
 
 TEST_F(RoutesTest, RequireKeyPerRouteAndFirstMatchWins) {

@@ -28,16 +28,6 @@ using namespace std::chrono_literals;
 constexpr int64_t kMiB = 1 << 20;
 constexpr size_t kBig = 64 << 20;
 
-// A /proc/<pid>/status field in bytes (VmRSS, VmHWM); 0 when unreadable.
-int64_t StatusBytes(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
-  }
-  return 0;
-}
-
 bool SendAll(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
@@ -116,7 +106,7 @@ class StreamTest : public GatewayTest {
 TEST_F(StreamTest, DownloadOf64MiBToASlowReaderIsRelayedWithBoundedMemory) {
   upstream_.SetBehavior(UpstreamBehavior::BigBody(kBig));
   StartGateway();
-  const int64_t before = StatusBytes(gateway_.pid(), "VmHWM");
+  const int64_t before = ProcStatusBytes(gateway_.pid(), "VmHWM");
   UniqueFd client = Connect();
   ASSERT_TRUE(SendAll(client.get(), "GET /v1/exports/all HTTP/1.1\r\nHost: x\r\n\r\n"));
   std::string head;
@@ -139,14 +129,16 @@ TEST_F(StreamTest, DownloadOf64MiBToASlowReaderIsRelayedWithBoundedMemory) {
     }
     std::this_thread::sleep_for(1ms);  // a slow reader: at most ~64 KiB a millisecond
   }
-  const int64_t peak = StatusBytes(gateway_.pid(), "VmHWM");
+  const int64_t peak = ProcStatusBytes(gateway_.pid(), "VmHWM");
   Report("VmHWM before the 64 MiB download", before);
   Report("VmHWM after the 64 MiB download to a slow reader", peak);
   EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
   EXPECT_NE(head.find("Content-Length: 67108864\r\n"), std::string::npos) << head;
   EXPECT_EQ(body, kBig);
   EXPECT_TRUE(ordered);
-  if (MEMORY_BOUNDS_MEANINGFUL) EXPECT_LT(peak - before, 16 * kMiB);
+  if (MEMORY_BOUNDS_MEANINGFUL) {
+    EXPECT_LT(peak - before, 16 * kMiB);
+  }
 }
 
 // A 64 MiB passthrough upload to an upstream that reads slower than the client sends: the
@@ -178,7 +170,7 @@ TEST_F(StreamTest, UploadOf64MiBToASlowUpstreamIsRelayedWithBoundedMemory) {
   });
   UseOrigin(origin);
   StartGateway();
-  const int64_t before = StatusBytes(gateway_.pid(), "VmHWM");
+  const int64_t before = ProcStatusBytes(gateway_.pid(), "VmHWM");
   UniqueFd client = Connect();
   ASSERT_TRUE(SendAll(client.get(),
                       "PUT /v1/imports HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -192,14 +184,16 @@ TEST_F(StreamTest, UploadOf64MiBToASlowUpstreamIsRelayedWithBoundedMemory) {
   std::string answer;
   char buf[4096];
   for (ssize_t n; (n = recv(client.get(), buf, sizeof(buf), 0)) > 0;) answer.append(buf, n);
-  const int64_t peak = StatusBytes(gateway_.pid(), "VmHWM");
+  const int64_t peak = ProcStatusBytes(gateway_.pid(), "VmHWM");
   Report("VmHWM before the 64 MiB upload", before);
   Report("VmHWM after the 64 MiB upload to a slow upstream", peak);
   EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
   EXPECT_NE(answer.find("framed as sent"), std::string::npos) << answer;
   EXPECT_EQ(received.load(), kBig);
   EXPECT_TRUE(ordered.load());
-  if (MEMORY_BOUNDS_MEANINGFUL) EXPECT_LT(peak - before, 16 * kMiB);
+  if (MEMORY_BOUNDS_MEANINGFUL) {
+    EXPECT_LT(peak - before, 16 * kMiB);
+  }
 }
 
 // A chunked request body reaches the upstream chunked, and a chunked answer reaches the client

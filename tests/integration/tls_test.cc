@@ -310,13 +310,9 @@ TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
   const std::string why = "TLS certificate verification failed for localhost: ";
   EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: " + why))
       << gateway_.log();
-  std::string log;
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       log.find("upstream_unavailable") == std::string::npos &&
-       std::chrono::steady_clock::now() < deadline;
-       log = dir_.ReadFile("access.log")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  std::string log = AccessLogWhen([](const std::string& text) {
+    return text.find("upstream_unavailable") != std::string::npos;
+  });
   EXPECT_NE(log.find("\"error\":\"upstream_unavailable\",\"error_detail\":\"" + why),
             std::string::npos)
       << log;
@@ -336,7 +332,6 @@ TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
   EXPECT_EQ(upstream_.requests(), 0);  // the probes never sent a request
 }
 
-
 // An https upstream that accepts TCP but never answers the TLS handshake (a listener that never
 // accepts: the kernel completes the TCP handshake): a handshake timeout, not a "connect timeout",
 // in the log; /readyz says so too.
@@ -353,17 +348,14 @@ TEST_F(GatewayTest, HttpsUpstreamThatNeverHandshakesIsAHandshakeTimeout) {
   const std::string port = std::to_string(ntohs(addr.sin_port));
   Set("upstream", "url", "\"https://127.0.0.1:" + port + "\"");
   Set("upstream", "connect_timeout", "\"500ms\"");
-  Set("admin", "address", "\"127.0.0.1:0\"");
-  StartGateway();
-  uint16_t admin = gateway_.WaitForPort("admin listening on ");
-  ASSERT_NE(admin, 0) << gateway_.log();
+  StartWithAdmin();
 
   HttpResponse r = Post("hs-1", kBody);
   EXPECT_EQ(r.status, 502) << r.raw;
   EXPECT_EQ(ErrorCodeOf(r.body), "upstream_unavailable") << r.body;
   EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: TLS handshake timeout"))
       << gateway_.log();
-  HttpResponse ready = TestClient(admin).Request("GET", "/readyz");
+  HttpResponse ready = TestClient(admin_port_).Request("GET", "/readyz");
   EXPECT_EQ(ready.status, 503) << ready.raw;
   EXPECT_NE(ready.body.find("\"upstream\":\"127.0.0.1:" + port +
                             ": no TLS handshake within 500ms\""),

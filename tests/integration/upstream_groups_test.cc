@@ -110,6 +110,11 @@ TEST_F(UpstreamGroupTest, AllServersDownIsUnavailable) {
   HttpResponse post = Post("k-all-down", R"({"amount":"1"})");
   EXPECT_EQ(post.status, 502) << post.raw;
   EXPECT_EQ(ErrorCodeOf(post), "upstream_unavailable") << post.body;
+  // Nothing was stored: the retry is a new attempt (no replay of the 502).
+  HttpResponse retry = Post("k-all-down", R"({"amount":"1"})");
+  EXPECT_EQ(retry.status, 502) << retry.raw;
+  EXPECT_EQ(ErrorCodeOf(retry), "upstream_unavailable") << retry.body;
+  EXPECT_FALSE(retry.Header("Idempotent-Replayed").has_value()) << retry.raw;
 }
 
 // R4: a guarded request that reached a server which then reset is stored as the result and
@@ -277,14 +282,11 @@ TEST_F(UpstreamGroupTest, ClientHostGoesThroughWithoutOverride) {
 TEST_F(UpstreamGroupTest, ReadyWhileOneServerIsUp) {
   RefusingPort down;
   Servers({down.port(), upstream_.port()});
-  Set("admin", "address", "\"127.0.0.1:0\"");
-  StartGateway();
-  const uint16_t admin = gateway_.WaitForPort("admin listening on ");
-  ASSERT_NE(admin, 0);
-  HttpResponse ready = TestClient(admin).Request("GET", "/readyz");
+  StartWithAdmin();
+  HttpResponse ready = TestClient(admin_port_).Request("GET", "/readyz");
   EXPECT_EQ(ready.status, 200) << ready.body;
   upstream_.Stop();
-  HttpResponse not_ready = TestClient(admin).Request("GET", "/readyz");
+  HttpResponse not_ready = TestClient(admin_port_).Request("GET", "/readyz");
   EXPECT_EQ(not_ready.status, 503) << not_ready.body;
 }
 

@@ -23,22 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 class WaitTest : public GatewayTest {
  protected:
-  void StartWithAdmin() {
-    Set("admin", "address", "\"127.0.0.1:0\"");
-    StartGateway();
-    admin_port_ = gateway_.WaitForPort("admin listening on ");
-    ASSERT_NE(admin_port_, 0) << gateway_.log();
-  }
-  // The value of one series in /metrics (-1 when absent).
-  double Metric(const std::string& series) {
-    TestClient client(admin_port_);
-    HttpResponse r = client.Request("GET", "/metrics");
-    std::string text = "\n" + r.body;
-    std::string needle = "\n" + series + " ";
-    size_t at = text.find(needle);
-    if (at == std::string::npos) return -1;
-    return std::strtod(text.c_str() + at + needle.size(), nullptr);
-  }
   // Waits (a condition, polled) until the series has `value`; false after 10 s.
   bool WaitForMetric(const std::string& series, double value) {
     auto deadline = Clock::now() + 10s;
@@ -55,7 +39,6 @@ class WaitTest : public GatewayTest {
     TestClient client(port_);
     return client.Request("POST", "/v1/payment_intents", headers, "{}", timeout);
   }
-  uint16_t admin_port_ = 0;
 };
 
 // W2: 20 duplicates wait for one execution and get its answer as soon as it is stored.
