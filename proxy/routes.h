@@ -16,8 +16,8 @@ namespace idemgate {
 std::shared_ptr<const Config> SelectRoute(const std::shared_ptr<const Config>& config,
                                           const Request& request);
 
-// The largest max_request_body of the top level and every route: what the request parser
-// accepts before the route is known (Exchange::Start applies the route's own limit).
+// The largest max_request_body of the top level and every route: the parser's bound before its
+// body decision (ClientConn::DecideBody) applies the chosen route's own limit.
 uint64_t MaxRequestBody(const Config& config);
 
 // The 413 detail for a body over the route's max_request_body.

@@ -76,7 +76,10 @@ const char* const kCompleteSql =
     " resp_headers = $7, resp_body = $8,"
     " completed_ms = CASE WHEN state = 1 THEN " IDEMGATE_PG_NOW("$10") " ELSE completed_ms END"
     " WHERE scope_id = $1 AND idem_key = $2 AND attempt = $3 AND owner = $4 AND owner <> 0"
-    " AND (state = 1 OR (state = 2 AND $9))";
+    // Idempotent as on every store (claim_rules' CompletedBy): the same Complete again, from this
+    // loop's resend ($9) or from the caller after a failure that had landed, is ok.
+    " AND (state = 1 OR (state = 2 AND ($9 OR (resp_status = $5 AND resp_reason = $6"
+    " AND resp_headers = $7 AND resp_body = $8))))";
 
 const char* const kReleaseFirstSql =
     "DELETE FROM idemgate_records WHERE scope_id = $1 AND idem_key = $2 AND state = 1"

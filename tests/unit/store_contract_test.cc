@@ -169,6 +169,16 @@ TEST_P(StoreContract, ExpiredRecordIsFreshForAnyFingerprint) {
   EXPECT_EQ(rec.response, StoredResponse{});
 }
 
+// A Complete whose write was reported failed yet landed is sent again by the exchange: the same
+// token with the same response is ok on every store, a different response is not.
+TEST_P(StoreContract, TheSameCompleteAgainIsOk) {
+  ClaimToken token = FreshClaim(Req("k"));
+  ASSERT_TRUE(CompleteNow(*store_, token, Resp(201, "first")).ok());
+  EXPECT_TRUE(CompleteNow(*store_, token, Resp(201, "first")).ok());
+  EXPECT_EQ(CompleteNow(*store_, token, Resp(201, "other")).code, StoreCode::kStaleClaim);
+  EXPECT_EQ(MustFind("k").response.body, "first");
+}
+
 TEST_P(StoreContract, StaleCompleteAfterTakeoverIsRefusedAndWritesNothing) {
   ClaimToken old_token = FreshClaim(Req("k"));
   Advance(30'000);
