@@ -163,12 +163,7 @@ void ClientConn::OnRequestDrained() {
 void ClientConn::OnResponseHead(Response head) {
   relay_.upstream_status = head.status;
   relay_.status = head.status;
-  StoredResponse stored = ToStoredResponse(head, head_request_);
-  // Nothing is stored on this path, so the upstream's own Age (a cache's) is relayed as it came;
-  // only stored answers drop it for the gateway's (R6).
-  for (const Header& h : head.headers) {
-    if (HeaderNameEquals(h.name, "Age")) stored.headers.emplace_back(h.name, h.value);
-  }
+  StoredResponse stored = ToStoredResponse(head, head_request_, AnswerUse::kRelayed);
   const bool no_body = head_request_ || head.status == 204 || head.status == 304;
   BodyFraming framing = no_body                                       ? BodyFraming::kNone
                         : (head.content_length >= 0 && !head.chunked) ? BodyFraming::kLength

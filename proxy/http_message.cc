@@ -232,7 +232,7 @@ std::string SerializeUpstreamRequestHead(const Request& request, std::string_vie
   return out;
 }
 
-StoredResponse ToStoredResponse(const Response& response, bool head_request) {
+StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
   StoredResponse stored;
   stored.status = response.status;
   stored.reason = response.reason;
@@ -247,8 +247,8 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request) {
     // replay never carries the first request's.
     if (HeaderNameEquals(h.name, "X-Request-Id")) continue;
     // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
-    // not stored.
-    if (HeaderNameEquals(h.name, "Age")) continue;
+    // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
+    if (use == AnswerUse::kStored && HeaderNameEquals(h.name, "Age")) continue;
     stored.headers.emplace_back(h.name, h.value);
   }
   stored.body = response.body;

@@ -104,11 +104,16 @@ std::string SerializeUpstreamRequestHead(const Request& request, std::string_vie
                                          std::string_view default_host = {},
                                          std::string_view host_override = {});
 
+// Whether an upstream answer is stored (and replayed) or only relayed (passthrough).
+enum class AnswerUse { kStored, kRelayed };
+
 // Turns an upstream response into what is stored and replayed: hop-by-hop headers,
-// X-Request-Id (every answer carries its own request's) and Content-Length dropped, everything
-// else in order, byte for byte. The answer to a HEAD keeps the upstream's Content-Length: it
-// gives the size of a body that is not sent, which the gateway cannot recompute.
-StoredResponse ToStoredResponse(const Response& response, bool head_request);
+// X-Request-Id (every answer carries its own request's), Content-Length and, when stored, Age
+// (R6) dropped, everything else in order, byte for byte. The answer to a HEAD keeps the
+// upstream's Content-Length: it gives the size of a body that is not sent, which the gateway
+// cannot recompute.
+StoredResponse ToStoredResponse(const Response& response, bool head_request,
+                                AnswerUse use = AnswerUse::kStored);
 
 // The Connection header of an answer: none (HTTP/1.1 keeps the connection by default), close,
 // or keep-alive (an HTTP/1.0 client that asked for it must be told it was granted).
