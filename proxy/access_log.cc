@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 
 namespace idemgate {
 
@@ -225,7 +226,10 @@ AccessLog::AccessLog(std::string path, int fd, size_t max_buffer_bytes,
       max_buffer_bytes_(max_buffer_bytes),
       flush_bytes_(std::max<size_t>(1, std::min(kFlushBytes, max_buffer_bytes / 2))),
       flush_interval_(flush_interval) {
-  writer_ = std::thread([this] { Run(); });
+  writer_ = std::thread([this] {
+    NameThisThread("idg-accesslog");
+    Run();
+  });
 }
 
 AccessLog::~AccessLog() { Close(); }

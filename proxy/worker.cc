@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "proxy/access_log.h"
 #include "proxy/client_conn.h"
 #include "proxy/exchange.h"
@@ -229,7 +230,10 @@ bool Worker::AdmitConnection() {
 }
 
 void Worker::Start() {
-  thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+  thread_ = std::thread([this] {
+    NameThisThread("idg-worker-" + std::to_string(index_));
+    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
+  });
 }
 
 void Worker::Join() {

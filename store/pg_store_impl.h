@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "store/pg_conn.h"
 #include "store/pg_store.h"
 
@@ -38,7 +39,10 @@ class PgStore final : public Store, public pg::ConnListener {
     for (int i = 0; i < options_.connections; ++i) {
       conns_.push_back(std::make_unique<pg::Conn>(base_, options_.dsn, this));
     }
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([this] {
+      NameThisThread("idg-store-pg");
+      Run();
+    });
   }
 
   // Start-up: new work fails at once while no connection is up, so wait for the first one.

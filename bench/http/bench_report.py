@@ -69,6 +69,25 @@ def gateway_table(args, results, name, base, logged):
     return out
 
 
+def thread_table(results, names):
+    """CPU per request by thread group (the names the gateway gives its threads), medians: where
+    a fresh request's extra CPU goes, next to passthrough and replay."""
+    rows = [(n, sc) for n in names for sc in SCENARIOS
+            if (sc, n) in results and "threads_us" in results[(sc, n)][0]]
+    if not rows:
+        return []
+    groups = list(results[(rows[0][1], rows[0][0])][0]["threads_us"])
+    out = ["\n### idemgate CPU us per request by thread (medians of the rounds)\n",
+           "| target | scenario | total | " + " | ".join(groups) + " |",
+           "|---|---|---:|" + "---:|" * len(groups)]
+    for n, sc in rows:
+        rs = results[(sc, n)]
+        cells = " | ".join("%.1f" % statistics.median(r["threads_us"][g] for r in rs)
+                           for g in groups)
+        out.append("| %s | %s | %.1f | %s |" % (n, sc, med(rs, "cpu_us"), cells))
+    return out
+
+
 def compare_table(results, sfx):
     """--bin (idemgate) against --compare-bin (idemgate-cmp), both workers=1, same rounds."""
     cmp_name, bin_name, base = "idemgate-cmp" + sfx, "idemgate" + sfx, "nginx" + sfx
@@ -187,6 +206,7 @@ def report(args, results, targets, fsync, hwm, filled, load0, load1, cmd):
             out.extend(compare_table(results, sfx))
     if args.access_log == "both":
         out.extend(log_cost_table(results, names))
+    out.extend(thread_table(results, names))
     out.extend(extras(args, results, names))
     for name, kib in hwm.items():
         out.append("- peak RSS (VmHWM) %s during the rounds: %.1f MiB" % (name, kib / MIB))

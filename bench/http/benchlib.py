@@ -6,6 +6,7 @@ import os
 import socket
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
@@ -136,6 +137,28 @@ def background_cpu_seconds(pid, prefix="rocksdb:"):
     return total / os.sysconf("SC_CLK_TCK")
 
 
+# Thread groups of a gateway, by the names it gives its threads (common/thread_name.h).
+THREAD_GROUPS = [("workers", "idg-worker-"), ("store", "idg-store"), ("rocksdb bg", "rocksdb:"),
+                 ("access log", "idg-accesslog")]
+
+
+def thread_group_cpu_seconds(pid):
+    """{group: utime + stime} of `pid`'s threads by THREAD_GROUPS, the rest under "other"."""
+    out = {g: 0 for g, _ in THREAD_GROUPS}
+    out["other"] = 0
+    for task in glob.glob("/proc/%d/task/*" % pid):
+        try:
+            with open(task + "/comm") as f:
+                comm = f.read()
+            with open(task + "/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        group = next((g for g, p in THREAD_GROUPS if comm.startswith(p)), "other")
+        out[group] += int(fields[11]) + int(fields[12])
+    return {g: v / os.sysconf("SC_CLK_TCK") for g, v in out.items()}
+
+
 def context_switches(pids):
     """Voluntary + involuntary context switches of every thread of the given processes (a thread
     handing work to another and sleeping until the answer shows here)."""
@@ -166,8 +189,23 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def fdatasync_probe(directory, n=200):
-    """Latency of write(64 B) + fdatasync on a file in `directory`: (p50, p99, mean) in ms."""
+def fdatasync_probe(directory, n=200, busy_cpu=False):
+    """Latency of write(64 B) + fdatasync on a file in `directory`: (p50, p99, mean) in ms.
+    busy_cpu: meanwhile one process spins on a CPU. On a VM that wakes an idle vCPU for an I/O
+    completion only at its next timer tick, that alone changes the answer (4 ms -> 0.2 ms here),
+    which shows the sync's latency is the VM's, not the disk's."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy_cpu else None
+    try:
+        if spinner:
+            time.sleep(0.2)
+        return _fdatasync_samples(directory, n)
+    finally:
+        if spinner:
+            spinner.kill()
+            spinner.wait()
+
+
+def _fdatasync_samples(directory, n):
     path = os.path.join(directory, "fdatasync.probe")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     samples = []

@@ -160,6 +160,8 @@ def run_one(args, tmp, target, scenario, prefix, upstream_pids):
     c0, u0 = B.cpu_seconds(pids), B.cpu_seconds(upstream_pids())
     s0 = B.context_switches(pids)
     d0 = B.cpu_seconds(target.db_pids())
+    gateway = not target.name.startswith("nginx") and len(target.procs) == 1
+    g0 = B.thread_group_cpu_seconds(target.proc.pid) if gateway else {}
     if len(target.ports) > 1:
         r = wrk_spread(args, tmp, target, scenario, prefix)
     else:
@@ -170,6 +172,9 @@ def run_one(args, tmp, target, scenario, prefix, upstream_pids):
     r["cs_per_req"] = (B.context_switches(pids) - s0) / n
     r["up_cpu_us"] = (B.cpu_seconds(upstream_pids()) - u0) * 1e6 / n
     r["db_cpu_us"] = (B.cpu_seconds(target.db_pids()) - d0) * 1e6 / n
+    if gateway:
+        g1 = B.thread_group_cpu_seconds(target.proc.pid)
+        r["threads_us"] = {g: (g1[g] - g0[g]) * 1e6 / n for g in g0}
     r["load"] = B.loadavg()
     log("%-11s %-12s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  non2xx %d  timeouts %d  "
         "cpu %.1f us/req  cs %.2f/req  load %s" % (scenario, target.name, r["rps"], r["p50_us"] / 1e3,
@@ -352,7 +357,9 @@ def main(argv):
                           "%s replay check on %d: %d %s" % (t.name, port, st, hdrs))
         log("origin 201 with %d-byte body; %d replay keys completed" % (len(B.BODY),
                                                                        args.replay_keys))
-        fsync = [("before the rounds", B.fdatasync_probe(store1))]
+        fsync = [("before the rounds", B.fdatasync_probe(store1)),
+                 ("before the rounds, one CPU kept busy by a spinning process",
+                  B.fdatasync_probe(store1, busy_cpu=True))]
         per_round = []
         results = {}
         rounds(args, tmp, targets, upstream_pids, results, per_round, store1)
