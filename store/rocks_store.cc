@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "store/claim_rules.h"
 #include "store/meta_file.h"
 #include "store/rocks_options.h"
@@ -64,7 +65,10 @@ class RocksStore final : public Store {
         batch_(rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true) {
     write_options_.sync = options.sync;
     write_options_.disableWAL = false;
-    writer_ = std::thread([this] { WriterLoop(); });
+    writer_ = std::thread([this] {
+      NameThisThread("idg-store");
+      WriterLoop();
+    });
   }
   ~RocksStore() override { Close(); }
 
@@ -471,8 +475,14 @@ std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, r
   // Created here so RocksDB does not log a false "error" while it creates the directory.
   std::error_code ignored;
   std::filesystem::create_directories(options.path, ignored);
+  LevelLayout layout = LevelLayout::kStatic;
+  StoreStatus chosen = ChooseLevelLayout(options.path, &layout);
+  if (!chosen.ok()) {
+    if (error) *error = "opening " + options.path + ": " + chosen.message;
+    return nullptr;
+  }
   auto filter = std::make_unique<TtlCompactionFilter>(options.clock);
-  rocksdb::Options db_options = MakeDbOptions(env, filter.get());
+  rocksdb::Options db_options = MakeDbOptions(env, filter.get(), layout);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);
   if (!s.ok()) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 
 #include "store/rocks_store.h"
@@ -138,6 +139,50 @@ TEST_F(RocksStoreTest, ApproximateRecordsCountsRecords) {
   EXPECT_EQ(store_->ApproximateRecords(), 0u);
   for (int i = 0; i < 10; ++i) FreshClaim(Req("k" + std::to_string(i)));
   EXPECT_EQ(store_->ApproximateRecords(), 10u);
+}
+
+// Stores `n` completed records k0..k(n-1) and compacts them into SST files.
+void FillAndCompact(Store& store, int n) {
+  for (int i = 0; i < n; ++i) {
+    ClaimResult r = ClaimNow(store, Req("k" + std::to_string(i)));
+    ASSERT_EQ(r.outcome, ClaimOutcome::kFresh);
+    ASSERT_TRUE(CompleteNow(store, r.token, Resp(201, "{\"n\":" + std::to_string(i) + "}")).ok());
+  }
+  ASSERT_TRUE(CompactRocksStore(&store).ok());
+}
+
+TEST_F(RocksStoreTest, NewStoreSizesLevelsDynamicallyAndKeepsItsRecordsOnReopen) {
+  EXPECT_TRUE(RocksStoreDb(store_.get())->GetOptions().level_compaction_dynamic_level_bytes);
+  FillAndCompact(*store_, 50);
+  Reopen();
+  EXPECT_TRUE(RocksStoreDb(store_.get())->GetOptions().level_compaction_dynamic_level_bytes);
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(MustFind("k" + std::to_string(i)).response.body, "{\"n\":" + std::to_string(i) + "}");
+  }
+}
+
+// A store created by an earlier version has no layout file: it keeps RocksDB's static level
+// sizes (no migration in RocksDB 7.x), every record, and takes new ones.
+TEST_F(RocksStoreTest, StoreFromBeforeLayoutsKeepsStaticLevelsAndEveryRecord) {
+  FillAndCompact(*store_, 50);
+  store_->Close();
+  store_.reset();
+  const std::string meta = dir_.path() + "/db/IDEMGATE-META-layout";
+  ASSERT_TRUE(std::filesystem::remove(meta));
+  for (int round = 0; round < 2; ++round) {
+    Open();
+    EXPECT_FALSE(RocksStoreDb(store_.get())->GetOptions().level_compaction_dynamic_level_bytes);
+    EXPECT_FALSE(std::filesystem::exists(meta));
+    for (int i = 0; i < 50; ++i) {
+      EXPECT_EQ(MustFind("k" + std::to_string(i)).response.body,
+                "{\"n\":" + std::to_string(i) + "}");
+    }
+    FreshClaim(Req("new" + std::to_string(round)));
+    ASSERT_TRUE(CompactRocksStore(store_.get()).ok());
+    store_->Close();
+    store_.reset();
+  }
+  Open();
 }
 
 TEST(RocksStoreOpen, FailsCleanlyWithoutClockOrOnBadPath) {
