@@ -239,6 +239,42 @@ TEST(Guard, SecretChangesTheScope) {
             ComputeScopeId("Authorization", "Bearer x", "other"));
 }
 
+// The per-thread memo of scopes (guard.cc) must give what hashing gives, whatever came before:
+// every credential, header and secret in turn, more of them than the memo holds, twice over.
+TEST(Guard, ScopeIsTheSameWithOrWithoutTheMemo) {
+  auto direct = [](const std::string& header, const std::string& cred, const std::string& secret) {
+    std::string input = header == "Authorization" ? "authorization" : "x-api-key";
+    input.push_back('\0');
+    input += cred;
+    unsigned char sha[32];
+    unsigned int len = 0;
+    size_t mac_len = 0;
+    const auto* in = reinterpret_cast<const unsigned char*>(input.data());
+    if (secret.empty()) {
+      EXPECT_EQ(EVP_Digest(in, input.size(), sha, &len, EVP_sha256(), nullptr), 1);
+    } else {
+      EXPECT_NE(EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, secret.data(),
+                          secret.size(), in, input.size(), sha, sizeof(sha), &mac_len),
+                nullptr);
+    }
+    return std::string(reinterpret_cast<char*>(sha), 32);
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < 20; ++i) {
+      for (const std::string secret : {"", "s1", "s2"}) {
+        for (const std::string header : {"Authorization", "X-Api-Key"}) {
+          const std::string n = std::to_string(i % 11);
+          const bool auth = header == "Authorization";
+          ScopeId got = ComputeScopeId(header, auth ? "Bearer k" + n : "k" + n, secret);
+          const std::string want = direct(header, auth ? "bearer k" + n : "k" + n, secret);
+          EXPECT_EQ(std::string(reinterpret_cast<char*>(got.data()), 32), want)
+              << header << " k" << n << " secret=" << secret;
+        }
+      }
+    }
+  }
+}
+
 std::string Hex(const unsigned char* p, size_t n) {
   static const char kHex[] = "0123456789abcdef";
   std::string out;
