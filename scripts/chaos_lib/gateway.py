@@ -160,6 +160,10 @@ access = "off"
         if self.shim:
             e["LD_PRELOAD"] = self.shim
             e["IDEMGATE_FAULT_FILE"] = self.fault_file
+            # An ASan build's shim links the ASan runtime, which aborts a process where it does not
+            # come first among the preloaded libraries (harmless elsewhere).
+            asan = e.get("ASAN_OPTIONS", "")
+            e["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "verify_asan_link_order=0"
         return e
 
     def on_kill(self):

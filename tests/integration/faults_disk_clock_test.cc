@@ -31,13 +31,8 @@ class FaultsDiskClockTest : public GatewayTest {
   // Starts the gateway with the shim preloaded and reading control_.
   void StartWithShim() {
     std::string config = dir_.WriteFile("idemgate.toml", ConfigText());
-    const char* asan = getenv("ASAN_OPTIONS");
-    std::string asan_options = asan != nullptr && *asan != '\0' ? std::string(asan) + ":" : "";
-    // An ASan build wants its runtime first among the preloaded libraries; the shim only forwards.
-    asan_options += "verify_asan_link_order=0";
     std::vector<std::string> env = {std::string("LD_PRELOAD=") + FAULT_SHIM,
-                                    "IDEMGATE_FAULT_FILE=" + control_,
-                                    "ASAN_OPTIONS=" + asan_options};
+                                    "IDEMGATE_FAULT_FILE=" + control_, PreloadAsanOptions()};
     ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", config}, env)) << gateway_.error();
     port_ = gateway_.WaitForPort();
     ASSERT_NE(port_, 0) << gateway_.log();

@@ -157,14 +157,6 @@ TEST_F(PgGatewaysTest, AdminApiAndReadinessFollowTheSharedDatabase) {
   EXPECT_EQ(ready(), 200);
 }
 
-// ASAN_OPTIONS for a process with the shim preloaded: in an ASan build the shim links the ASan
-// runtime, which would abort the process for not coming first among the preloaded libraries.
-std::string PreloadAsanOptions() {
-  const char* asan = getenv("ASAN_OPTIONS");
-  std::string options = asan != nullptr && *asan != '\0' ? std::string(asan) + ":" : "";
-  return "ASAN_OPTIONS=" + options + "verify_asan_link_order=0";
-}
-
 // The environment that runs a gateway with its wall clock `seconds` off.
 std::vector<std::string> ClockShifted(int seconds) {
   return {std::string("LD_PRELOAD=") + CLOCK_SHIFT_LIB,

@@ -197,7 +197,8 @@ TEST_F(UpstreamGroupTest, DnsChangeIsPickedUp) {
   Set("upstream", "resolve_interval", "\"100ms\"");
   std::string path = dir_.WriteFile("idemgate.toml", ConfigText());
   ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", path},
-                             {"LD_PRELOAD=" HOSTS_SHIM, "IDEMGATE_TEST_HOSTS=" + hosts}))
+                             {"LD_PRELOAD=" HOSTS_SHIM, "IDEMGATE_TEST_HOSTS=" + hosts,
+                              PreloadAsanOptions()}))
       << gateway_.error();
   port_ = gateway_.WaitForPort();
   ASSERT_NE(port_, 0) << gateway_.log();

@@ -20,6 +20,12 @@
 extern char** environ;
 
 namespace idemgate::test {
+
+std::string PreloadAsanOptions() {
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  std::string options = asan != nullptr && *asan != '\0' ? std::string(asan) + ":" : "";
+  return "ASAN_OPTIONS=" + options + "verify_asan_link_order=0";
+}
 namespace {
 
 using Clock = std::chrono::steady_clock;

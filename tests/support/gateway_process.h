@@ -18,6 +18,11 @@
 
 namespace idemgate::test {
 
+// "ASAN_OPTIONS=..." for a process started with a shim in LD_PRELOAD: in an ASan build the shim
+// links the ASan runtime, which would abort the process for not coming first among the preloaded
+// libraries. The inherited ASAN_OPTIONS are kept. Harmless in other builds.
+std::string PreloadAsanOptions();
+
 // A waitpid status.
 struct ExitStatus {
   int raw = 0;
