@@ -292,25 +292,17 @@ namespace {
 // Per thread, the last few scopes computed: traffic carries few distinct credentials, and one
 // SHA-256 (more with HMAC) cost ~4k instructions, 11% of a replay. An entry matches only on the
 // whole input and secret, byte for byte (never a hash of them), so two credentials never share
-// a scope, and a reloaded scope.secret misses. Holds kScopeMemoSize credentials per thread.
-constexpr size_t kScopeMemoSize = 8;
-struct ScopeMemoEntry {
-  std::string input;
-  std::string secret;
-  ScopeId scope{};
-  bool used = false;
+// a scope, and a reloaded scope.secret misses. An unused entry's input is empty, which no input
+// is (it holds at least the NUL after the header name).
+struct ScopeMemo {
+  struct Entry {
+    std::string input;
+    std::string secret;
+    ScopeId scope{};
+  };
+  std::array<Entry, 8> entries;
+  size_t next = 0;  // the entry replaced next
 };
-
-ScopeId* FindScopeMemo(std::string_view input, std::string_view secret, ScopeMemoEntry** slot) {
-  thread_local std::array<ScopeMemoEntry, kScopeMemoSize> memo;
-  thread_local size_t next = 0;
-  for (ScopeMemoEntry& e : memo) {
-    if (e.used && e.input == input && e.secret == secret) return &e.scope;
-  }
-  *slot = &memo[next];
-  next = (next + 1) % kScopeMemoSize;
-  return nullptr;
-}
 
 ScopeId HashScope(std::string_view input, std::string_view secret) {
   ScopeId out{};
@@ -336,13 +328,16 @@ ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential
   std::string input = Lower(header_name);
   input.push_back('\0');
   input.append(NormalizeCredential(header_name, credential));
-  ScopeMemoEntry* slot = nullptr;
-  if (const ScopeId* known = FindScopeMemo(input, secret, &slot)) return *known;
-  slot->scope = HashScope(input, secret);
-  slot->secret.assign(secret);
-  slot->input = std::move(input);
-  slot->used = true;
-  return slot->scope;
+  thread_local ScopeMemo memo;
+  for (const ScopeMemo::Entry& e : memo.entries) {
+    if (e.input == input && e.secret == secret) return e.scope;
+  }
+  ScopeMemo::Entry& slot = memo.entries[memo.next];
+  memo.next = (memo.next + 1) % memo.entries.size();
+  slot.scope = HashScope(input, secret);
+  slot.secret.assign(secret);
+  slot.input = std::move(input);
+  return slot.scope;
 }
 
 Fingerprint ComputeFingerprint(const Request& request,

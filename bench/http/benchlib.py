@@ -120,23 +120,6 @@ def cpu_seconds(pids):
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def background_cpu_seconds(pid, prefix="rocksdb:"):
-    """utime + stime of the threads of `pid` whose name starts with `prefix` (RocksDB's flush
-    and compaction threads name themselves rocksdb:low / rocksdb:high)."""
-    total = 0
-    for task in glob.glob("/proc/%d/task/*" % pid):
-        try:
-            with open(task + "/comm") as f:
-                if not f.read().startswith(prefix):
-                    continue
-            with open(task + "/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except OSError:
-            pass
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 # Thread groups of a gateway, by the names it gives its threads (common/thread_name.h).
 THREAD_GROUPS = [("workers", "idg-worker-"), ("store", "idg-store"), ("rocksdb bg", "rocksdb:"),
                  ("access log", "idg-accesslog")]

@@ -257,12 +257,12 @@ def fill(args, procs, tmp, upstream_port):
     while stored < args.fill and time.monotonic() - start < args.fill_max_seconds:
         left = args.fill - stored
         dur = 20 if rps == 0 else int(min(20, max(5, left / rps * 1.02 + 1)))
-        c0, b0 = B.cpu_seconds([t.proc.pid]), B.background_cpu_seconds(t.proc.pid)
+        c0, b0 = B.cpu_seconds([t.proc.pid]), B.thread_group_cpu_seconds(t.proc.pid)["rocksdb bg"]
         r = B.run_wrk(t.port, "fresh", "fill%d" % runs, dur, args.threads, args.connections,
                       log=os.path.join(tmp, "wrk-fill.log"))
         done = r["requests"] - r["status_errors"]
         cpu = (B.cpu_seconds([t.proc.pid]) - c0) * 1e6 / max(r["requests"], 1)
-        bg = (B.background_cpu_seconds(t.proc.pid) - b0) * 1e6 / max(r["requests"], 1)
+        bg = (B.thread_group_cpu_seconds(t.proc.pid)["rocksdb bg"] - b0) * 1e6 / max(r["requests"], 1)
         per_run.append((stored, r["rps"], cpu, bg, B.loadavg()))
         stored += done
         rps = r["rps"]
