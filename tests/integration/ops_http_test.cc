@@ -2,6 +2,10 @@
 // that are not quite HTTP/1.1: HTTP/1.0 without Host, empty credentials, HTTP/2 prefaces.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
 #include <regex>
 #include <thread>
 
@@ -164,6 +168,24 @@ TEST_F(GatewayTest, EveryAnswerReturnsItsOwnRequestId) {
   EXPECT_NE(log.find("\"request_id\":\"second-id\",\"status\":201,\"outcome\":\"replay\""),
             std::string::npos)
       << log;
+}
+
+// Operators find the gateway's threads by name in `top -H`, `ps -L` and gdb (README, threads).
+TEST_F(GatewayTest, ThreadsCarryTheirNames) {
+  Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
+  StartGateway();
+  std::multiset<std::string> names;
+  for (const auto& task : std::filesystem::directory_iterator(
+           "/proc/" + std::to_string(gateway_.pid()) + "/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    names.insert(name);
+  }
+  EXPECT_EQ(names.count("idg-worker-0"), 1u);
+  EXPECT_EQ(names.count("idg-worker-1"), 1u);
+  EXPECT_EQ(names.count("idg-store"), 1u);
+  EXPECT_EQ(names.count("idg-accesslog"), 1u);
 }
 
 }  // namespace
