@@ -226,10 +226,8 @@ AccessLog::AccessLog(std::string path, int fd, size_t max_buffer_bytes,
       max_buffer_bytes_(max_buffer_bytes),
       flush_bytes_(std::max<size_t>(1, std::min(kFlushBytes, max_buffer_bytes / 2))),
       flush_interval_(flush_interval) {
-  writer_ = std::thread([this] {
-    NameThisThread("idg-accesslog");
-    Run();
-  });
+  writer_ = std::thread([this] { Run(); });
+  NameThread(writer_, "idg-accesslog");
 }
 
 AccessLog::~AccessLog() { Close(); }

@@ -304,10 +304,8 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
   getsockname(evhttp_bound_socket_get_fd(bound), reinterpret_cast<sockaddr*>(&ss), &len);
   *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  thread_ = std::thread([this] {
-    NameThisThread("idg-admin");
-    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
-  });
+  thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+  NameThread(thread_, "idg-admin");
   return true;
 }
 

@@ -230,10 +230,8 @@ bool Worker::AdmitConnection() {
 }
 
 void Worker::Start() {
-  thread_ = std::thread([this] {
-    NameThisThread("idg-worker-" + std::to_string(index_));
-    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
-  });
+  thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+  NameThread(thread_, "idg-worker-" + std::to_string(index_));
 }
 
 void Worker::Join() {

@@ -39,10 +39,8 @@ class PgStore final : public Store, public pg::ConnListener {
     for (int i = 0; i < options_.connections; ++i) {
       conns_.push_back(std::make_unique<pg::Conn>(base_, options_.dsn, this));
     }
-    thread_ = std::thread([this] {
-      NameThisThread("idg-store-pg");
-      Run();
-    });
+    thread_ = std::thread([this] { Run(); });
+    NameThread(thread_, "idg-store-pg");
   }
 
   // Start-up: new work fails at once while no connection is up, so wait for the first one.

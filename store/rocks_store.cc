@@ -65,10 +65,8 @@ class RocksStore final : public Store {
         batch_(rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true) {
     write_options_.sync = options.sync;
     write_options_.disableWAL = false;
-    writer_ = std::thread([this] {
-      NameThisThread("idg-store");
-      WriterLoop();
-    });
+    writer_ = std::thread([this] { WriterLoop(); });
+    NameThread(writer_, "idg-store");
   }
   ~RocksStore() override { Close(); }
 
