@@ -128,6 +128,15 @@ void CheckRouteLeaseAndTtl(const Context& ctx, const SectionReader& route,
   }
 }
 
+// SPEC §10 for the route: wait <= max_wait <= lease. A route sets its lease, not the waits, so a
+// lease shorter than the top level's max_wait (or wait) caps them for that route: no duplicate
+// waits past the lease of the attempt it waits for.
+void FitWaitsToLease(Config* c) {
+  auto& id = c->idempotency;
+  id.max_wait_ms = std::min(id.max_wait_ms, id.lease_ms);
+  id.wait_ms = std::min(id.wait_ms, id.max_wait_ms);
+}
+
 // A route after one whose host and prefix cover it never matches (first match wins).
 void CheckReachable(const SectionReader& r, const std::vector<Route>& earlier, const Route& route) {
   for (const Route& before : earlier) {
@@ -167,6 +176,7 @@ Route ReadRoute(const Context& ctx, const toml::table& table, size_t index, cons
     }
   }
   CheckRouteLeaseAndTtl(ctx, r, subs[0], route, effective);
+  FitWaitsToLease(&effective);
   route.effective = std::make_shared<const Config>(std::move(effective));
   return route;
 }
@@ -214,6 +224,7 @@ void RebuildRoutes(Config* config) {
       if (const KeySpec* key = FindKey(name)) CopyValue(key->field, *route.effective, &effective);
     }
     effective.idempotency.no_store_statuses = route.no_store_statuses;
+    FitWaitsToLease(&effective);
     route.effective = std::make_shared<const Config>(std::move(effective));
   }
 }

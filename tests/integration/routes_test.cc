@@ -143,6 +143,31 @@ idempotency = { lease = "300s" }
   EXPECT_LE(retry_after("/v1/other", "k-fast"), 30);
 }
 
+// SPEC §10 on a route: its lease (2s) is shorter than the top level's max_wait (30s), so a
+// duplicate's Prefer: wait=20 is capped at the lease, and it still gets the first answer.
+TEST_F(RoutesTest, ARouteLeaseCapsTheWait) {
+  Set("upstream", "connect_timeout", "\"200ms\"");
+  Set("upstream", "response_timeout", "\"1500ms\"");
+  StartWithRoutes(R"([[routes]]
+prefix = "/v1/quick"
+idempotency = { lease = "2s" }
+)");
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "{\"id\":1}").WithDelay(1'000));
+  HeaderList headers = kMerchant;
+  headers.emplace_back("Idempotency-Key", "k-quick");
+  TestClient first(port_);
+  ASSERT_TRUE(first.SendRaw(TestClient::BuildRequest({"POST", "/v1/quick", headers, "{}"})));
+  ASSERT_TRUE(upstream_.WaitForRequests(1));
+  headers.emplace_back("Prefer", "wait=20");
+  TestClient dup(port_);
+  HttpResponse waited = dup.Request("POST", "/v1/quick", headers, "{}");
+  EXPECT_EQ(waited.status, 201) << waited.raw;
+  EXPECT_EQ(waited.Header("Preference-Applied"), "wait=2");
+  EXPECT_EQ(waited.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(first.ReadResponse().status, 201);
+  EXPECT_EQ(upstream_.requests(), 1);
+}
+
 // Records under the route expire after its ttl; the top level's (24h) still replay.
 TEST_F(RoutesTest, TtlPerRoute) {
   Set("upstream", "connect_timeout", "\"200ms\"");

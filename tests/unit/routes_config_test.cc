@@ -55,6 +55,42 @@ TEST(RoutesConfig, EffectiveConfigIsTheTopLevelWithTheRoutesKeys) {
   EXPECT_EQ(MaxRequestBody(c), 4u << 20);
 }
 
+// SPEC §10 per route: a route's lease shorter than the top level's max_wait and wait caps both
+// for that route (a duplicate never waits past the lease it waits on), on reload too.
+TEST(RoutesConfig, ARouteLeaseShorterThanTheWaitsCapsThem) {
+  const std::string text = R"(
+[upstream]
+connect_timeout = "1s"
+response_timeout = "5s"
+[idempotency]
+lease = "2m"
+max_wait = "90s"
+wait = "60s"
+[[routes]]
+prefix = "/v1/quick"
+idempotency = { lease = "10s" }
+[[routes]]
+prefix = "/v1/"
+idempotency = { lease = "70s" }
+)";
+  auto check = [](const Config& c) {
+    ASSERT_EQ(c.routes.size(), 2u);
+    const auto& quick = c.routes[0].effective->idempotency;
+    EXPECT_EQ(quick.max_wait_ms, 10'000);
+    EXPECT_EQ(quick.wait_ms, 10'000);
+    const auto& v1 = c.routes[1].effective->idempotency;
+    EXPECT_EQ(v1.max_wait_ms, 70'000);
+    EXPECT_EQ(v1.wait_ms, 60'000);
+    EXPECT_EQ(c.idempotency.max_wait_ms, 90'000);  // the top level keeps its own
+    EXPECT_EQ(c.idempotency.wait_ms, 60'000);
+  };
+  const Config parsed = ParseOk(text);
+  check(parsed);
+  ReloadPlan plan = PlanReload(parsed, ParseOk(text));
+  EXPECT_TRUE(plan.ignored.empty());
+  check(*plan.config);
+}
+
 TEST(RoutesConfig, FirstMatchWinsHostWithoutPort) {
   Config c = ParseOk(kRoutes);
   EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1", "api.example.com:443")), 0);
