@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
@@ -32,12 +33,8 @@ TEST_P(FaultsClientTest, ClientGoneAfterForwardStillStores) {
   spec.headers.emplace_back("Idempotency-Key", "k-gone");
   std::string bytes = TestClient::BuildRequest(spec);
   if (GetParam()) {  // leaves with a TCP reset (SO_LINGER 0)
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port_);
-    ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    UniqueFd fd = ConnectLoopback(port_);
+    ASSERT_TRUE(fd.valid());
     ASSERT_EQ(send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(bytes.size()));
     ASSERT_TRUE(upstream_.WaitForRequests(1));

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
@@ -22,14 +23,7 @@ using namespace std::chrono_literals;
 class ScriptedOrigin {
  public:
   ScriptedOrigin() {
-    fd_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = BindLoopback(&port_);
   }
   ~ScriptedOrigin() {
     stop_ = true;
@@ -147,12 +141,8 @@ TEST_F(FaultsConnectTest, ConnectTimeoutAgainstFullBacklogReleasesTheClaim) {
   std::vector<UniqueFd> fillers;
   bool full = false;
   for (int i = 0; i < 8 && !full; ++i) {
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(origin_.port());
-    connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    UniqueFd fd = ConnectLoopback(origin_.port(), SOCK_NONBLOCK);
+    ASSERT_TRUE(fd.valid());
     pollfd p{fd.get(), POLLOUT, 0};
     full = poll(&p, 1, 300) == 0;  // this one's SYN was dropped: the queue is full
     fillers.push_back(std::move(fd));

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 
 // RSS bounds mean nothing under ASan/TSan (shadow memory, quarantine): those tests skip there.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -45,12 +46,8 @@ int OpenSockets(pid_t pid) {
 }
 
 UniqueFd ConnectRaw(uint16_t port, bool nonblocking, bool small_window = true) {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  UniqueFd fd = ConnectLoopback(port);
+  if (!fd.valid()) return fd;
   int small = 16 << 10;  // small receive window: the gateway's writes back up quickly
   if (small_window) setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
   if (nonblocking) fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) | O_NONBLOCK);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
@@ -37,27 +38,11 @@ double CpuSeconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-UniqueFd ConnectTo(uint16_t port) {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
-  return fd;
-}
-
 // A connection that sends `request` and then never reads (a small receive buffer, so the
 // gateway's writes back up at once).
 UniqueFd SendAndNeverRead(uint16_t port, const std::string& request) {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  int small = 16 << 10;
-  setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  UniqueFd fd = ConnectLoopback(port, 0, 16 << 10);
+  if (!fd.valid()) return fd;
   if (send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     return UniqueFd();
@@ -152,7 +137,7 @@ TEST_F(ResourcesTest, OpenFileLimitNeitherSpinsNorFloodsTheLog) {
   double cpu_before = CpuSeconds(gateway_.pid());
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 150; ++i) {
-    idle.push_back(ConnectTo(port_));
+    idle.push_back(ConnectLoopback(port_));
     ASSERT_TRUE(idle.back().valid()) << i;
   }
   // Measured over a fixed window: what a spinning loop would burn in it (two workers: ~4 s).

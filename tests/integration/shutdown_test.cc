@@ -8,21 +8,15 @@
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
 
 // True when a TCP connect to 127.0.0.1:port is refused (nobody listens).
 bool ConnectRefused(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  int err = errno;
-  close(fd);
-  return rc != 0 && err == ECONNREFUSED;
+  errno = 0;
+  return !ConnectLoopback(port).valid() && errno == ECONNREFUSED;
 }
 
 TEST_F(GatewayTest, AttemptCutByShutdownIsStoredAsIndeterminateAndReplayedAfterRestart) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define MEMORY_BOUNDS_MEANINGFUL false
@@ -43,15 +44,9 @@ bool SendAll(int fd, std::string_view bytes) {
 class RawOrigin {
  public:
   using Serve = std::function<void(int fd, std::string head, std::string rest)>;
-  explicit RawOrigin(Serve serve) : listener_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  explicit RawOrigin(Serve serve) {
+    listener_ = BindLoopback(&port_);
     listen(listener_.get(), 8);
-    getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
     thread_ = std::thread([this, serve = std::move(serve)] {
       UniqueFd conn(accept(listener_.get(), nullptr, nullptr));
       if (!conn.valid()) return;
@@ -88,12 +83,8 @@ class StreamTest : public GatewayTest {
     RecordProperty(what, std::to_string(bytes / 1024) + " KiB");
   }
   UniqueFd Connect() {
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port_);
-    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {};
+    UniqueFd fd = ConnectLoopback(port_);
+    if (!fd.valid()) return {};
     timeval tv{10, 0};
     setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     return fd;

@@ -10,6 +10,7 @@
 
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/tls_tools.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
@@ -336,16 +337,11 @@ TEST_F(HttpsUpstreamTest, VerificationFailureIsLoggedAndReadyzSaysWhy) {
 // accepts: the kernel completes the TCP handshake): a handshake timeout, not a "connect timeout",
 // in the log; /readyz says so too.
 TEST_F(GatewayTest, HttpsUpstreamThatNeverHandshakesIsAHandshakeTimeout) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  uint16_t bound = 0;
+  UniqueFd listener = BindLoopback(&bound);
+  ASSERT_TRUE(listener.valid());
+  ASSERT_EQ(listen(listener.get(), 16), 0);
+  const std::string port = std::to_string(bound);
   Set("upstream", "url", "\"https://127.0.0.1:" + port + "\"");
   Set("upstream", "connect_timeout", "\"500ms\"");
   StartWithAdmin();
@@ -361,7 +357,6 @@ TEST_F(GatewayTest, HttpsUpstreamThatNeverHandshakesIsAHandshakeTimeout) {
                             ": no TLS handshake within 500ms\""),
             std::string::npos)
       << ready.body;
-  close(fd);
 }
 
 // An https group: a server whose TLS handshake fails (its certificate lacks the name) never got

@@ -15,6 +15,7 @@
 
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
@@ -31,14 +32,7 @@ std::string Url(uint16_t port, const std::string& host = "127.0.0.1") {
 class RefusingPort {
  public:
   RefusingPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = BindLoopback(&port_).Release();
   }
   ~RefusingPort() { Release(); }
   void Release() {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
@@ -247,24 +248,15 @@ TEST_F(WaitTest, ReplaysCarryAgeAndTheUpstreamsAgeIsNotStored) {
 // its first SYN, when it claims after the swap).
 // (Replacing it earlier would let the owner's own retransmitted SYN connect instead.)
 TEST_F(WaitTest, ReleasedClaimMakesOneWaiterTheNextAttemptAndTheOthersReplayIt) {
-  UniqueFd hole(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  uint16_t port = 0;
+  UniqueFd hole = BindLoopback(&port);
   ASSERT_TRUE(hole.valid());
-  int one = 1;
-  setsockopt(hole.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ASSERT_EQ(bind(hole.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(listen(hole.get(), 0), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(hole.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const uint16_t port = ntohs(addr.sin_port);
   std::vector<UniqueFd> fillers;
   bool full = false;
   for (int i = 0; i < 8 && !full; ++i) {
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    UniqueFd fd = ConnectLoopback(port, SOCK_NONBLOCK);
+    ASSERT_TRUE(fd.valid());
     pollfd p{fd.get(), POLLOUT, 0};
     full = poll(&p, 1, 300) == 0;  // this one's SYN was dropped: the queue is full
     fillers.push_back(std::move(fd));

@@ -1,5 +1,6 @@
 // A real PostgreSQL cluster for tests.
 #include "tests/support/pg_cluster.h"
+#include "tests/support/loopback.h"
 
 #include <arpa/inet.h>
 #include <libpq-fe.h>
@@ -21,15 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 
 int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+  uint16_t port = 0;
+  BindLoopback(&port);  // closed at once: the port is free until something else takes it
+  return port;
 }
 
 bool RunningAsRoot() { return geteuid() == 0; }

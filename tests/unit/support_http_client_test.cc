@@ -7,6 +7,7 @@
 
 #include "tests/support/ev_util.h"
 #include "tests/support/http_client.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {
@@ -15,15 +16,8 @@ namespace {
 class ScriptedServer {
  public:
   ScriptedServer(std::vector<std::string> pieces, bool close_after) {
-    listen_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), len);
+    listen_ = BindLoopback(&port_);
     listen(listen_.get(), 4);
-    getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
     thread_ = std::thread([this, pieces = std::move(pieces), close_after] {
       conn_.Reset(accept(listen_.get(), nullptr, nullptr));
       for (const std::string& p : pieces) send(conn_.get(), p.data(), p.size(), MSG_NOSIGNAL);
@@ -125,14 +119,8 @@ TEST(TestClient, NotConnectedAndRefused) {
   EXPECT_EQ(c.Request("GET", "/").error, "not connected");
   uint16_t port = 0;
   {
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));  // bound, never listening
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len), 0);
-    getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
+    UniqueFd fd = BindLoopback(&port);  // bound, never listening
+    ASSERT_TRUE(fd.valid());
     EXPECT_FALSE(c.Connect(port));
   }
   EXPECT_FALSE(c.connected());

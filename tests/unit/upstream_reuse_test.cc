@@ -20,6 +20,7 @@
 #include "tests/support/fake_upstream.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tls_tools.h"
+#include "tests/support/loopback.h"
 
 namespace idemgate {
 namespace {
@@ -31,15 +32,8 @@ using namespace std::chrono_literals;
 class RawServer {
  public:
   explicit RawServer(std::function<void(int fd, int index)> serve) : serve_(std::move(serve)) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen_fd_ = test::BindLoopback(&port_).Release();
     listen(listen_fd_, 16);
-    socklen_t len = sizeof(addr);
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
     thread_ = std::thread([this] {
       for (int index = 1;; ++index) {
         int fd = accept(listen_fd_, nullptr, nullptr);
