@@ -3,6 +3,7 @@
 // that stalls until the test lets it go (no sleeps: the test waits for the stall to begin).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 
@@ -12,6 +13,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "store/rocks_store.h"
+#include "store/rocks_store_internal.h"
+#include "tests/unit/store_test_util.h"
 
 namespace idemgate::testing {
 
@@ -121,5 +126,39 @@ class FaultyFs : public rocksdb::FileSystemWrapper {
 inline std::unique_ptr<rocksdb::Env> NewFaultyEnv(DiskFaults* faults) {
   return rocksdb::NewCompositeEnv(std::make_shared<FaultyFs>(faults));
 }
+
+// A RocksStore over the faulty Env in a temp dir, with a fake clock: the fixture the fault and
+// timing tests share. TearDown releases any stall first, so a test that failed mid-stall does not
+// hang closing the store.
+class FaultyStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    env_ = NewFaultyEnv(&faults_);
+    Open();
+  }
+  void TearDown() override {
+    faults_.ReleaseStall();
+    store_.reset();
+  }
+  void Open() {
+    RocksStoreOptions o;
+    o.path = dir_.path() + "/db";
+    o.clock = &clock_;
+    std::string error;
+    store_ = OpenRocksStoreWithEnv(o, env_.get(), &error);
+    ASSERT_NE(store_, nullptr) << error;
+  }
+  void Reopen() {
+    store_->Close();
+    store_.reset();
+    Open();
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+  DiskFaults faults_;
+  std::unique_ptr<rocksdb::Env> env_;
+  std::unique_ptr<Store> store_;
+};
 
 }  // namespace idemgate::testing

@@ -12,33 +12,7 @@ namespace {
 
 using namespace idemgate::testing;
 
-class StoreFaultTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    env_ = NewFaultyEnv(&faults_);
-    Open();
-  }
-  void TearDown() override { store_.reset(); }
-  void Open() {
-    RocksStoreOptions o;
-    o.path = dir_.path() + "/db";
-    o.clock = &clock_;
-    std::string error;
-    store_ = OpenRocksStoreWithEnv(o, env_.get(), &error);
-    ASSERT_NE(store_, nullptr) << error;
-  }
-  void Reopen() {
-    store_->Close();
-    store_.reset();
-    Open();
-  }
-
-  TempDir dir_;
-  FakeClock clock_;
-  DiskFaults faults_;
-  std::unique_ptr<rocksdb::Env> env_;
-  std::unique_ptr<Store> store_;
-};
+using StoreFaultTest = FaultyStoreTest;
 
 class StoreWriteErrorTest : public StoreFaultTest, public ::testing::WithParamInterface<bool> {
  protected:

@@ -17,29 +17,8 @@ using namespace idemgate::testing;
 
 constexpr TimeMs kLease = 6'000;
 
-class StoreTimingTest : public ::testing::Test {
+class StoreTimingTest : public FaultyStoreTest {
  protected:
-  void SetUp() override {
-    env_ = NewFaultyEnv(&faults_);
-    Open();
-  }
-  void TearDown() override {
-    faults_.ReleaseStall();
-    store_.reset();
-  }
-  void Open() {
-    RocksStoreOptions o;
-    o.path = dir_.path() + "/db";
-    o.clock = &clock_;
-    std::string error;
-    store_ = OpenRocksStoreWithEnv(o, env_.get(), &error);
-    ASSERT_NE(store_, nullptr) << error;
-  }
-  void Reopen() {
-    store_->Close();
-    store_.reset();
-    Open();
-  }
   std::future<ClaimResult> ClaimLater(ClaimRequest r) {
     auto p = std::make_shared<std::promise<ClaimResult>>();
     store_->Claim(std::move(r), [p](ClaimResult res) { p->set_value(std::move(res)); });
@@ -51,12 +30,6 @@ class StoreTimingTest : public ::testing::Test {
                      [p](StoreStatus s) { p->set_value(std::move(s)); });
     return p->get_future();
   }
-
-  TempDir dir_;
-  FakeClock clock_;
-  DiskFaults faults_;
-  std::unique_ptr<rocksdb::Env> env_;
-  std::unique_ptr<Store> store_;
 };
 
 // The timeline: A claims with a 6 s lease; a sync of another key stalls the writer; a
