@@ -49,8 +49,9 @@ void CheckLeaseAndTtl(const Context& ctx, const SectionReader& idem, const Secti
   }
 }
 
-// SPEC §10: wait <= max_wait <= lease. An unset max_wait follows a shorter lease (the default
-// 30s must not refuse a file that only shortened the lease); set explicitly, it is checked.
+// Waiting (SPEC §10) within the lease: wait <= max_wait <= lease. An unset max_wait follows a
+// shorter lease (the default 30s must not refuse a file that only shortened the lease); set
+// explicitly, it is checked.
 void CheckWait(const SectionReader& idem, Config* config) {
   using conf::FormatDurationMs;
   auto& id = config->idempotency;

@@ -22,9 +22,7 @@ using namespace std::chrono_literals;
 // answers every request with 201 "ok" (keep-alive) and, when close_after_answer, then closes.
 class ScriptedOrigin {
  public:
-  ScriptedOrigin() {
-    fd_ = BindLoopback(&port_);
-  }
+  ScriptedOrigin() { fd_ = BindLoopback(&port_); }
   ~ScriptedOrigin() {
     stop_ = true;
     shutdown(fd_.get(), SHUT_RDWR);

@@ -152,7 +152,7 @@ TEST_F(RoutesTest, ARouteLeaseCapsTheWait) {
 prefix = "/v1/quick"
 idempotency = { lease = "2s" }
 )");
-  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "{\"id\":1}").WithDelay(1'000));
+  upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "{\"id\":1}").WithDelay(300));
   HeaderList headers = kMerchant;
   headers.emplace_back("Idempotency-Key", "k-quick");
   TestClient first(port_);

@@ -1,8 +1,8 @@
 // Shutdown (issue: exactly-once holes, item 3): an attempt still upstream when the grace period
 // ends leaves a stored indeterminate answer, synced before exit, so a retry after the restart
 // replays it instead of executing again; and the listener closes as soon as the drain starts.
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <thread>

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
-#include "tests/support/tls_tools.h"
 #include "tests/support/loopback.h"
+#include "tests/support/tls_tools.h"
 
 namespace idemgate::test {
 namespace {
@@ -286,8 +286,9 @@ TEST_F(HttpsUpstreamTest, CertificateWithoutTheNameIs502) {
   StartFront("localhost", ca_.cert);
   ExpectUnavailable("up-name");
   EXPECT_EQ(upstream_.requests(), 0);
-  EXPECT_TRUE(gateway_.WaitForOutput("WARN upstream: upstream unavailable: TLS certificate "
-                                     "verification failed for localhost: hostname mismatch"))
+  EXPECT_TRUE(
+      gateway_.WaitForOutput("WARN upstream: upstream unavailable: TLS certificate "
+                             "verification failed for localhost: hostname mismatch"))
       << gateway_.log();
   StartFront("127.0.0.1", ca_.cert);  // no IP SAN either
   ExpectUnavailable("up-name");
@@ -353,9 +354,9 @@ TEST_F(GatewayTest, HttpsUpstreamThatNeverHandshakesIsAHandshakeTimeout) {
       << gateway_.log();
   HttpResponse ready = TestClient(admin_port_).Request("GET", "/readyz");
   EXPECT_EQ(ready.status, 503) << ready.raw;
-  EXPECT_NE(ready.body.find("\"upstream\":\"127.0.0.1:" + port +
-                            ": no TLS handshake within 500ms\""),
-            std::string::npos)
+  EXPECT_NE(
+      ready.body.find("\"upstream\":\"127.0.0.1:" + port + ": no TLS handshake within 500ms\""),
+      std::string::npos)
       << ready.body;
 }
 

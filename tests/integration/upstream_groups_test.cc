@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/loopback.h"
+#include "tests/support/temp_dir.h"
 
 namespace idemgate::test {
 namespace {
@@ -31,9 +31,7 @@ std::string Url(uint16_t port, const std::string& host = "127.0.0.1") {
 // process takes the port while the test holds it.
 class RefusingPort {
  public:
-  RefusingPort() {
-    fd_ = BindLoopback(&port_).Release();
-  }
+  RefusingPort() { fd_ = BindLoopback(&port_).Release(); }
   ~RefusingPort() { Release(); }
   void Release() {
     if (fd_ >= 0) close(fd_);
@@ -190,9 +188,9 @@ TEST_F(UpstreamGroupTest, DnsChangeIsPickedUp) {
   Set("upstream", "url", Url(upstream_.port(), "api.groups.test"));
   Set("upstream", "resolve_interval", "\"100ms\"");
   std::string path = dir_.WriteFile("idemgate.toml", ConfigText());
-  ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", path},
-                             {"LD_PRELOAD=" HOSTS_SHIM, "IDEMGATE_TEST_HOSTS=" + hosts,
-                              PreloadAsanOptions()}))
+  ASSERT_TRUE(gateway_.Start(
+      IDEMGATE_BIN, {"--config", path},
+      {"LD_PRELOAD=" HOSTS_SHIM, "IDEMGATE_TEST_HOSTS=" + hosts, PreloadAsanOptions()}))
       << gateway_.error();
   port_ = gateway_.WaitForPort();
   ASSERT_NE(port_, 0) << gateway_.log();

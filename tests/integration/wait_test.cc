@@ -249,7 +249,7 @@ TEST_F(WaitTest, ReplaysCarryAgeAndTheUpstreamsAgeIsNotStored) {
 // (Replacing it earlier would let the owner's own retransmitted SYN connect instead.)
 TEST_F(WaitTest, ReleasedClaimMakesOneWaiterTheNextAttemptAndTheOthersReplayIt) {
   uint16_t port = 0;
-  UniqueFd hole = BindLoopback(&port);
+  UniqueFd hole = BindLoopback(&port, /*reuse_address=*/true);  // FakeUpstream binds it later
   ASSERT_TRUE(hole.valid());
   ASSERT_EQ(listen(hole.get(), 0), 0);
   std::vector<UniqueFd> fillers;

@@ -26,15 +26,20 @@ UniqueFd ConnectLoopback(uint16_t port, int flags, int rcvbuf) {
   sockaddr_in addr = LoopbackAddress(port);
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 &&
       errno != EINPROGRESS) {
-    return UniqueFd();
+    const int err = errno;
+    fd.Reset();
+    errno = err;  // the caller's reason, whatever close() did
   }
   return fd;
 }
 
-UniqueFd BindLoopback(uint16_t* port) {
+UniqueFd BindLoopback(uint16_t* port, bool reuse_address) {
   UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr = LoopbackAddress(0);
   socklen_t len = sizeof(addr);
+  const int one = 1;
+  if (fd.valid() && reuse_address)
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (!fd.valid() || bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
       getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return UniqueFd();

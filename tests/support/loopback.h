@@ -11,11 +11,13 @@ namespace idemgate::test {
 
 // A TCP socket (SOCK_CLOEXEC | `flags`, e.g. SOCK_NONBLOCK) connected to 127.0.0.1:`port`;
 // `rcvbuf` > 0 sets SO_RCVBUF before the connect (so the window is small from the handshake on).
-// Invalid when the connect fails; a non-blocking connect still in progress counts as made.
+// Invalid when the connect fails (errno then says why); a non-blocking connect still in progress
+// counts as made.
 UniqueFd ConnectLoopback(uint16_t port, int flags = 0, int rcvbuf = 0);
 
 // A TCP socket bound to 127.0.0.1 on a port the kernel picks (written to `*port`), not yet
-// listening: bound but never listening, connections to it are refused. Invalid on failure.
-UniqueFd BindLoopback(uint16_t* port);
+// listening: bound but never listening, connections to it are refused. `reuse_address` sets
+// SO_REUSEADDR first (for a port another socket binds again later). Invalid on failure.
+UniqueFd BindLoopback(uint16_t* port, bool reuse_address = false);
 
 }  // namespace idemgate::test

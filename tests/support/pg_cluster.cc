@@ -1,6 +1,5 @@
 // A real PostgreSQL cluster for tests.
 #include "tests/support/pg_cluster.h"
-#include "tests/support/loopback.h"
 
 #include <arpa/inet.h>
 #include <libpq-fe.h>
@@ -15,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "tests/support/loopback.h"
 
 namespace idemgate::test {
 namespace {

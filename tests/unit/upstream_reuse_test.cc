@@ -18,9 +18,9 @@
 #include "proxy/upstream.h"
 #include "tests/support/ev_util.h"
 #include "tests/support/fake_upstream.h"
+#include "tests/support/loopback.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tls_tools.h"
-#include "tests/support/loopback.h"
 
 namespace idemgate {
 namespace {
