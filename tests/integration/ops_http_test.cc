@@ -4,9 +4,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <string>
-#include <regex>
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
@@ -78,9 +78,8 @@ TEST_F(GatewayTest, ClientGoneBeforeItsAnswerIsLogged499) {
         {"POST", "/v1/payment_intents", {kMerchant[0], {"Idempotency-Key", "gone-1"}}, "{}"})));
     ASSERT_TRUE(upstream_.WaitForRequests(1));
   }  // closed while the upstream works
-  std::string log = AccessLogWhen([](const std::string& text) {
-    return text.find('\n') != std::string::npos;
-  });
+  std::string log =
+      AccessLogWhen([](const std::string& text) { return text.find('\n') != std::string::npos; });
   EXPECT_NE(log.find("\"status\":499,\"answer_status\":201,\"outcome\":\"fresh\""),
             std::string::npos)
       << log;
@@ -113,9 +112,8 @@ TEST_F(GatewayTest, RequestIdIsForwardedAndLogged) {
   EXPECT_TRUE(std::regex_match(upstream_.last_request()->Header("X-Request-Id").value_or(""),
                                std::regex("[0-9a-f]{32}")));  // a made one, as for rid-2
 
-  std::string log = AccessLogWhen([](const std::string& text) {
-    return std::count(text.begin(), text.end(), '\n') >= 3;
-  });
+  std::string log = AccessLogWhen(
+      [](const std::string& text) { return std::count(text.begin(), text.end(), '\n') >= 3; });
   EXPECT_NE(log.find("\"request_id\":\"req-abc-123\""), std::string::npos) << log;
   EXPECT_NE(log.find("\"request_id\":\"" + made + "\""), std::string::npos) << log;
 }
@@ -175,8 +173,8 @@ TEST_F(GatewayTest, ThreadsCarryTheirNames) {
   Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
   StartGateway();
   std::multiset<std::string> names;
-  for (const auto& task : std::filesystem::directory_iterator(
-           "/proc/" + std::to_string(gateway_.pid()) + "/task")) {
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(gateway_.pid()) + "/task")) {
     std::ifstream comm(task.path() / "comm");
     std::string name;
     std::getline(comm, name);

@@ -29,6 +29,16 @@ class RoutesTest : public GatewayTest {
     return client.Request(method, target, headers, body);
   }
 
+  // Sends a keyed POST to `target` on `client` and returns once the upstream has it: the key is
+  // in flight until the upstream answers (its delay set by the caller).
+  void SendInFlight(TestClient& client, const std::string& target, const std::string& key) {
+    const int before = upstream_.requests();
+    HeaderList headers = kMerchant;
+    headers.emplace_back("Idempotency-Key", key);
+    ASSERT_TRUE(client.SendRaw(TestClient::BuildRequest({"POST", target, headers, "{}"})));
+    ASSERT_TRUE(upstream_.WaitForRequests(before + 1));
+  }
+
   // Rewrites the config with `routes`, sends SIGHUP, waits for the reload's log line.
   void ReloadWithRoutes(const std::string& routes) {
     const std::string needle = "config reloaded from ";
@@ -128,12 +138,8 @@ idempotency = { lease = "300s" }
 )");
   auto retry_after = [&](const std::string& target, const std::string& key) {
     upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "{}").WithDelay(1'500));
-    const int before = upstream_.requests();
     TestClient first(port_);
-    HeaderList headers = kMerchant;
-    headers.emplace_back("Idempotency-Key", key);
-    EXPECT_TRUE(first.SendRaw(TestClient::BuildRequest({"POST", target, headers, "{}"})));
-    EXPECT_TRUE(upstream_.WaitForRequests(before + 1));
+    SendInFlight(first, target, key);
     HttpResponse busy = Send("POST", target, key, "{}");
     EXPECT_EQ(busy.status, 409) << busy.raw;
     EXPECT_EQ(first.ReadResponse().status, 201);
@@ -143,8 +149,9 @@ idempotency = { lease = "300s" }
   EXPECT_LE(retry_after("/v1/other", "k-fast"), 30);
 }
 
-// SPEC §10 on a route: its lease (2s) is shorter than the top level's max_wait (30s), so a
-// duplicate's Prefer: wait=20 is capped at the lease, and it still gets the first answer.
+// Waiting on a route (README "Waiting instead of 409"): its lease (2s) is shorter than the top
+// level's max_wait (30s), so a duplicate's Prefer: wait=20 is capped at the lease, and it still
+// gets the first answer.
 TEST_F(RoutesTest, ARouteLeaseCapsTheWait) {
   Set("upstream", "connect_timeout", "\"200ms\"");
   Set("upstream", "response_timeout", "\"1500ms\"");
@@ -153,14 +160,11 @@ prefix = "/v1/quick"
 idempotency = { lease = "2s" }
 )");
   upstream_.EnqueueBehavior(UpstreamBehavior::Respond(201, "{\"id\":1}").WithDelay(300));
-  HeaderList headers = kMerchant;
-  headers.emplace_back("Idempotency-Key", "k-quick");
   TestClient first(port_);
-  ASSERT_TRUE(first.SendRaw(TestClient::BuildRequest({"POST", "/v1/quick", headers, "{}"})));
-  ASSERT_TRUE(upstream_.WaitForRequests(1));
-  headers.emplace_back("Prefer", "wait=20");
-  TestClient dup(port_);
-  HttpResponse waited = dup.Request("POST", "/v1/quick", headers, "{}");
+  SendInFlight(first, "/v1/quick", "k-quick");
+  HeaderList prefer = kMerchant;
+  prefer.emplace_back("Prefer", "wait=20");
+  HttpResponse waited = Send("POST", "/v1/quick", "k-quick", "{}", prefer);
   EXPECT_EQ(waited.status, 201) << waited.raw;
   EXPECT_EQ(waited.Header("Preference-Applied"), "wait=2");
   EXPECT_EQ(waited.Header("Idempotent-Replayed"), "true");
