@@ -18,14 +18,25 @@ from .upstream import Upstream
 # The kinds of campaign: the real idemgate on RocksDB or (two instances) on PostgreSQL, and the
 # planted faulty gateways of --self-test.
 PG_KINDS = {"idemgate-pg", "planted-pg-async"}
+# --backend patroni: two idemgates on a Patroni-managed cluster (chaos_lib/patroni.py); the
+# planted one runs Patroni with synchronous_mode off.
+PATRONI_KINDS = {"idemgate-patroni", "planted-patroni-async"}
+
+
+def make_cluster(kind):
+    if kind in PATRONI_KINDS:
+        from .patroni import PatroniCluster
+        return PatroniCluster(synchronous=(kind != "planted-patroni-async"))
+    return PgCluster(synchronous=(kind != "planted-pg-async"))
 
 
 def make_gateways(kind, opts, workdir, upstream_port, store_dir, cluster):
     if kind == "planted-proxy":
         return [PlantedProxy(workdir, upstream_port, opts.script)]
-    if cluster is not None:  # two instances on one database
+    if cluster is not None:  # two instances on one database (each its own way to the primary)
+        dsns = cluster.dsns() if hasattr(cluster, "dsns") else [cluster.dsn()] * 2
         return [Idemgate(workdir, upstream_port, opts.gateway, opts.shim, opts.takeover,
-                         f"{store_dir}{i}", tag=str(i), pg_dsn=cluster.dsn()) for i in (0, 1)]
+                         f"{store_dir}{i}", tag=str(i), pg_dsn=dsns[i]) for i in (0, 1)]
     return [Idemgate(workdir, upstream_port, opts.gateway, opts.shim, opts.takeover, store_dir,
                      wipe_on_kill=(kind == "planted-wiped-store"))]
 
@@ -65,8 +76,11 @@ def replay_all(rec, ports, seed, threads=8):
 
 def drive(gws, rec, rng, stats, disk_full, violations, opts, seed, minutes, cluster, kind):
     """Clients and the nemesis for `minutes`; then faults off and every client's call settled."""
-    nemesis = Nemesis(gws, rec, rng, stats, disk_full, violations, cluster=cluster,
-                      freeze="always" if kind == "planted-pg-async" else "sometimes")
+    nemesis_class = Nemesis
+    if kind in PATRONI_KINDS:
+        from .patroni_nemesis import PatroniNemesis as nemesis_class
+    nemesis = nemesis_class(gws, rec, rng, stats, disk_full, violations, cluster=cluster,
+                            freeze="always" if kind.startswith("planted-") else "sometimes")
     stop_clients, stop_nemesis = threading.Event(), threading.Event()
     ports = [gw.port for gw in gws]
     clients = [threading.Thread(target=client_loop, args=(rec, ports, i, seed, stop_clients),
@@ -113,8 +127,8 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     os.makedirs(store_dir)
     upstream = Upstream(seed, slow_s=RESPONSE_TIMEOUT_S + 0.5)
     disk_full, cluster = None, None
-    if kind in PG_KINDS:
-        cluster = PgCluster(synchronous=(kind != "planted-pg-async"))
+    if kind in PG_KINDS | PATRONI_KINDS:
+        cluster = make_cluster(kind)
     elif kind != "planted-proxy" and not opts.no_disk_full:
         disk_full = DiskFull(store_dir)
         if not disk_full.ok:
@@ -162,7 +176,7 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
 def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations):
     execs = upstream.log.snapshot()
     rows = [
-        ("gateway", kind + ("" if kind not in ("idemgate", "idemgate-pg") else
+        ("gateway", kind + ("" if kind not in ("idemgate", "idemgate-pg", "idemgate-patroni") else
                             f" (takeover = {'true' if opts.takeover else 'false'})")),
         ("seed / minutes", f"{seed} / {minutes}"),
         ("requests sent (incl. retries)", rec.requests),
@@ -179,9 +193,13 @@ def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations
     if kind in PG_KINDS:
         names = ["kills", "pauses < lease", "pauses > lease", "clock steps", "db restarts",
                  "failovers", "failovers after a frozen WAL receiver", "unexpected exits"]
+    timings = []
+    if kind in PATRONI_KINDS:
+        from .patroni_nemesis import FAULT_NAMES, TIMINGS
+        names, timings = FAULT_NAMES, TIMINGS
     for name in names:
         rows.append((name, stats.get(name, 0)))
-    for name, label in [("recovery_s", "back after restart (s)"),
+    for name, label in timings + [("recovery_s", "back after restart (s)"),
                         ("db restart s", "database restart (s)"),
                         ("promote s", "failover: kill to promoted (s)"),
                         ("failover s", "failover: kill to new sync standby (s)")]:

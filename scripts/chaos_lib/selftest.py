@@ -14,10 +14,17 @@ PLANTED_PG = {
     # receiver fell behind: acknowledged records are lost, their keys execute again
     "planted-pg-async": ["one final answer", "at most one execution"],
 }
+PLANTED_PATRONI = {
+    # two idemgates on Patroni with synchronous_mode off (any lag accepted on failover), the
+    # standbys' WAL receivers frozen before the leader dies: Patroni promotes a node lacking
+    # acknowledged records, their keys execute again
+    "planted-patroni-async": ["one final answer", "at most one execution"],
+}
 
 
 def run(opts):
-    PLANTED = PLANTED_PG if opts.backend == "postgres" else PLANTED_ROCKSDB
+    PLANTED = {"postgres": PLANTED_PG, "patroni": PLANTED_PATRONI}.get(opts.backend,
+                                                                       PLANTED_ROCKSDB)
     minutes = min(opts.minutes, 0.5)
     caught = {}
     failed = False
