@@ -6,6 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libevent-dev node-llhttp libssl-dev
   librocksdb-dev libtomlplusplus-dev libgtest-dev libgmock-dev libbenchmark-dev curl openssl
   postgresql libpq-dev)
+# The Patroni tests and scripts/chaos --backend patroni: etcd, Patroni, HAProxy (scripts/test).
+PATRONI_PACKAGES=(patroni etcd-server haproxy)
 
 # ensure_packages PKG...: apt-get install the ones not installed (apt-get update once first).
 ensure_packages() {
