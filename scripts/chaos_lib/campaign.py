@@ -23,10 +23,11 @@ PG_KINDS = {"idemgate-pg", "planted-pg-async"}
 PATRONI_KINDS = {"idemgate-patroni", "planted-patroni-async"}
 
 
-def make_cluster(kind):
+def make_cluster(kind, workdir):
     if kind in PATRONI_KINDS:
         from .patroni import PatroniCluster
-        return PatroniCluster(synchronous=(kind != "planted-patroni-async"))
+        return PatroniCluster(synchronous=(kind != "planted-patroni-async"),
+                              logs_dir=os.path.join(workdir, "patroni"))
     return PgCluster(synchronous=(kind != "planted-pg-async"))
 
 
@@ -128,7 +129,7 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     upstream = Upstream(seed, slow_s=RESPONSE_TIMEOUT_S + 0.5)
     disk_full, cluster = None, None
     if kind in PG_KINDS | PATRONI_KINDS:
-        cluster = make_cluster(kind)
+        cluster = make_cluster(kind, workdir)
     elif kind != "planted-proxy" and not opts.no_disk_full:
         disk_full = DiskFull(store_dir)
         if not disk_full.ok:

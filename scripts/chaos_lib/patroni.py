@@ -33,7 +33,7 @@ def rest_status(port, method, path, timeout=2.0):
 
 
 class PatroniCluster:
-    def __init__(self, synchronous=True):
+    def __init__(self, synchronous=True, logs_dir=None):
         self.bin = bin_dir()
         for need in (self.bin, "/usr/bin/patroni", "/usr/bin/etcd", "/usr/sbin/haproxy"):
             if not need or not os.path.exists(need):
@@ -53,6 +53,12 @@ class PatroniCluster:
         self.haproxy_port = free_port()
         self.patroni = [None] * NODES
         self.etcd = self.haproxy = None
+        self.logs_dir = logs_dir  # where stop() copies every log (and the nemesis's events)
+
+    def event(self, what):
+        """One line in nemesis.log: monotonic (the upstream log's clock) and UTC wall time."""
+        with open(os.path.join(self.root, "nemesis.log"), "a") as f:
+            f.write(f"{time.monotonic():.3f} {time.strftime('%H:%M:%S', time.gmtime())} {what}\n")
 
     # -- plumbing ---------------------------------------------------------------------------
     def spawn(self, argv, log, as_pg=True):
@@ -328,4 +334,9 @@ listen postgres
                 p.kill()
                 p.wait()
         reap_servers()
+        if self.logs_dir:
+            os.makedirs(self.logs_dir, exist_ok=True)
+            for name in os.listdir(self.root):
+                if name.endswith(".log"):
+                    shutil.copy(os.path.join(self.root, name), self.logs_dir)
         shutil.rmtree(self.root, ignore_errors=True)

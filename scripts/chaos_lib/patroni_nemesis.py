@@ -49,11 +49,23 @@ class PatroniNemesis(Nemesis):
             self.check_alive()
             act = self.kill_leader if first else self.rng.choice(acts)
             first = False
+            # A fault on the cluster lasts seconds: every key sent while it lasts is exposed
+            # to it, not only those in flight when it began.
+            reason = {"kill_standby": "db restart", "pause_standby": "db restart",
+                      "restart_etcd": "db restart"}.get(act.__name__, "failover")
+            marking = self.marking(reason) if act.__name__ not in (
+                "kill", "short_pause", "long_pause", "clock_step") else None
             try:
+                self.cluster.event(f"{act.__name__} begins (leader {self.cluster.leader()}, "
+                                   f"sync {self.cluster.sync_standby()})")
                 act()
+                self.cluster.event(f"{act.__name__} done")
             except Exception as e:  # a harness error is reported, never a silent stop
                 self.violations.append(("harness", f"nemesis {act.__name__}: {e!r}"))
                 self.heal()
+            finally:
+                if marking is not None:
+                    marking.set()
         self.check_alive()
 
     # -- timing: probes through each gateway ------------------------------------------------
@@ -101,6 +113,18 @@ class PatroniNemesis(Nemesis):
                                         f"within 120 s of a {prefix}"))
             else:
                 self.stats.setdefault(f"{prefix} {label} s", []).append(out[i])
+
+    def marking(self, reason):
+        """Marks the keys in flight every 0.2 s until the returned event is set: a fault on the
+        cluster lasts seconds, and a key sent after its start is as exposed to it."""
+        done = threading.Event()
+
+        def loop():
+            while not done.wait(0.2):
+                self.rec.mark_inflight(reason)
+
+        threading.Thread(target=loop, daemon=True).start()
+        return done
 
     def heal(self, t0=None):
         """Every node resumed and started, then waits until the cluster is whole."""
@@ -168,9 +192,15 @@ class PatroniNemesis(Nemesis):
         c.kill_patroni(old)
         t0 = time.monotonic()
         self.wait_new_leader(old, t0)
+        # Patroni comes back (and demotes its PostgreSQL) while the outage is being timed: until
+        # then the unmanaged old primary still takes connections, and through the multi-host
+        # DSN its commits wait for a synchronous standby that now follows the new leader.
+        later = threading.Timer(self.rng.uniform(0, 10), lambda: (
+            c.event(f"node{old}'s Patroni restarted"), c.start_node(old)))
+        later.start()
         self.time_outage(t0, "failover")
+        later.join()
         self.rec.mark_inflight("failover")
-        c.start_node(old)
         self.heal(t0)
         self.rec.mark_inflight("failover")
 

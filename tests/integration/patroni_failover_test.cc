@@ -22,7 +22,8 @@ TEST_F(PatroniGatewaysTest, LeaderKilledPatroniFailsOverAndGatewaysFollow) {
   int leader = cluster_->WaitForLeader(60s, old_leader);
   ASSERT_GE(leader, 0) << "Patroni did not fail over; logs in " << cluster_->root();
   EXPECT_EQ(leader, sync) << "Patroni promoted a node that was not the synchronous standby";
-  double promoted = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count();
+  double promoted =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count();
   // Both gateways take writes again, neither restarted.
   EXPECT_TRUE(WaitForAcks(50, 0, t_kill)) << Statuses() << gateways_[0]->log();
   EXPECT_TRUE(WaitForAcks(50, 1, t_kill)) << Statuses() << gateways_[1]->log();
@@ -34,9 +35,10 @@ TEST_F(PatroniGatewaysTest, LeaderKilledPatroniFailsOverAndGatewaysFollow) {
   EXPECT_EQ(v.executed_twice, 0u);
   EXPECT_FALSE(gateways_[0]->Wait(0ms).has_value()) << "gateway 0 exited";
   EXPECT_FALSE(gateways_[1]->Wait(0ms).has_value()) << "gateway 1 exited";
-  std::cerr << "patroni failover: new leader after " << promoted << " s; first 201 after the kill: "
-            << via_dsn << " s (multi-host DSN), " << via_haproxy << " s (HAProxy); longest time without a 201: " << gap_dsn << " / " << gap_haproxy << " s; "
-            << v.acked << " acknowledged, " << v.lost << " lost, " << v.executed_twice
+  std::cerr << "patroni failover: new leader after " << promoted
+            << " s; first 201 after the kill: " << via_dsn << " s (multi-host DSN), " << via_haproxy
+            << " s (HAProxy); longest time without a 201: " << gap_dsn << " / " << gap_haproxy
+            << " s; " << v.acked << " acknowledged, " << v.lost << " lost, " << v.executed_twice
             << " executed twice; answers " << Statuses() << "\n";
 }
 

@@ -66,11 +66,12 @@ class PatroniGatewaysTest : public ::testing::Test {
   }
 
   void StartGateway(size_t i, const std::string& dsn) {
-    std::string text = "[listen]\naddress = \"127.0.0.1:0\"\n[upstream]\nurl = \"http://127.0.0.1:" +
-                       std::to_string(upstream_.port()) + "\"\n[store]\nbackend = \"postgres\"\n" +
-                       "path = \"" + dir_.Path("data" + std::to_string(i)) + "\"\n" +
-                       "[store.postgres]\ndsn = \"" + dsn + "\"\nconnections = 4\n" +
-                       "[server]\nworkers = 2\n[log]\naccess = \"off\"\n[admin]\naddress = \"\"\n";
+    std::string text =
+        "[listen]\naddress = \"127.0.0.1:0\"\n[upstream]\nurl = \"http://127.0.0.1:" +
+        std::to_string(upstream_.port()) + "\"\n[store]\nbackend = \"postgres\"\n" + "path = \"" +
+        dir_.Path("data" + std::to_string(i)) + "\"\n" + "[store.postgres]\ndsn = \"" + dsn +
+        "\"\nconnections = 4\n" +
+        "[server]\nworkers = 2\n[log]\naccess = \"off\"\n[admin]\naddress = \"\"\n";
     std::string path = dir_.WriteFile("gw" + std::to_string(i) + ".toml", text);
     while (gateways_.size() <= i) gateways_.push_back(std::make_unique<GatewayProcess>());
     while (ports_.size() <= i) ports_.push_back(0);
@@ -96,7 +97,8 @@ class PatroniGatewaysTest : public ::testing::Test {
           size_t gw = t % ports_.size();
           SteadyTime sent = std::chrono::steady_clock::now();
           HttpResponse r = Post(gw, key);
-          double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+          double took =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
           std::lock_guard lock(mu_);
           ++statuses_[r.status];
           slowest_s_ = std::max(slowest_s_, took);
@@ -120,8 +122,8 @@ class PatroniGatewaysTest : public ::testing::Test {
   }
   // Polls the clients' progress until `n` answers were acknowledged through `gateway` (-1: any)
   // from requests sent after `since`.
-  bool WaitForAcks(size_t n, int gateway = -1, SteadyTime since = {}, std::chrono::seconds
-                   timeout = 90s) {
+  bool WaitForAcks(size_t n, int gateway = -1, SteadyTime since = {},
+                   std::chrono::seconds timeout = 90s) {
     for (auto deadline = std::chrono::steady_clock::now() + timeout;
          std::chrono::steady_clock::now() < deadline;) {
       if (AcksSince(gateway, since) >= n) return true;
@@ -165,7 +167,8 @@ class PatroniGatewaysTest : public ::testing::Test {
   std::string Statuses() {
     std::lock_guard lock(mu_);
     std::string out;
-    for (auto [status, n] : statuses_) out += std::to_string(status) + ":" + std::to_string(n) + " ";
+    for (auto [status, n] : statuses_)
+      out += std::to_string(status) + ":" + std::to_string(n) + " ";
     return out + "(slowest " + std::to_string(slowest_s_) + " s)";
   }
 
@@ -176,9 +179,9 @@ class PatroniGatewaysTest : public ::testing::Test {
     v.acked = acked_.size();
     for (const PatroniAck& a : acked_) {
       HttpResponse again = Post((a.gateway + 1) % ports_.size(), a.key);
-      bool same = again.status == 201 && again.Header("Idempotent-Replayed") == "true" &&
-                  WithoutRequestId(WithoutAge(WithoutReplayedHeader(again.raw))) ==
-                      WithoutRequestId(a.raw);
+      bool same =
+          again.status == 201 && again.Header("Idempotent-Replayed") == "true" &&
+          WithoutRequestId(WithoutAge(WithoutReplayedHeader(again.raw))) == WithoutRequestId(a.raw);
       if (!same && v.lost++ == 0) v.first_loss = a.key + ": " + again.raw;
     }
     std::set<std::string> executed;

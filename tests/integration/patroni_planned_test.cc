@@ -45,8 +45,8 @@ TEST_F(PatroniGatewaysTest, EtcdRestartedUnderLoadLosesNothing) {
   EXPECT_EQ(v.lost, 0u) << v.first_loss;
   EXPECT_EQ(v.executed_twice, 0u);
   std::cerr << "patroni etcd restart: longest time without a 201: " << LongestGap(0, t0)
-            << " s (multi-host DSN), " << LongestGap(1, t0) << " s (HAProxy); " << v.acked << " acknowledged, " << v.lost
-            << " lost; answers " << Statuses() << "\n";
+            << " s (multi-host DSN), " << LongestGap(1, t0) << " s (HAProxy); " << v.acked
+            << " acknowledged, " << v.lost << " lost; answers " << Statuses() << "\n";
 }
 
 }  // namespace

@@ -57,8 +57,8 @@ bool HaproxyFront::Start(const PatroniCluster& cluster, std::string* error) {
   std::string cfg = cluster.root() + "/haproxy.cfg";
   std::ofstream(cfg) << Config(cluster, port_);
   // -db: stay in the foreground (our child), logs to stderr.
-  pid_ = SpawnLogged({"/usr/sbin/haproxy", "-db", "-f", cfg}, cluster.root() + "/haproxy.log",
-                     false);
+  pid_ =
+      SpawnLogged({"/usr/sbin/haproxy", "-db", "-f", cfg}, cluster.root() + "/haproxy.log", false);
   // HAProxy counts every server up until its checks fail (`fall` of them): right after a start
   // it also routes to replicas. Ready once 6 connections in a row reach the primary.
   int in_a_row = 0;

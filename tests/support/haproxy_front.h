@@ -26,7 +26,7 @@ class HaproxyFront {
   // The DSN through HAProxy (one host: HAProxy's port).
   std::string Dsn() const;
 
-  // The config text for `cluster`, listening on `port` (also used by scripts through the docs).
+  // The config text for `cluster`, listening on `port`.
   static std::string Config(const PatroniCluster& cluster, int port);
 
  private:

@@ -144,10 +144,10 @@ std::string PatroniCluster::NodeYaml(int node) const {
   std::string me = name(node), rest = "127.0.0.1:" + std::to_string(n.rest_port),
               pg = "127.0.0.1:" + std::to_string(n.pg_port);
   return "scope: idemgate-test\nname: " + me + "\nrestapi:\n  listen: " + rest +
-         "\n  connect_address: " + rest + "\netcd3:\n  hosts: 127.0.0.1:" +
-         std::to_string(etcd_port_) + "\n" + DcsYaml() + "postgresql:\n  listen: " + pg +
-         "\n  connect_address: " + pg + "\n  data_dir: " + root_ + "/" + me +
-         "\n  bin_dir: " + bin_ + "\n  pgpass: " + root_ + "/" + me +
+         "\n  connect_address: " + rest +
+         "\netcd3:\n  hosts: 127.0.0.1:" + std::to_string(etcd_port_) + "\n" + DcsYaml() +
+         "postgresql:\n  listen: " + pg + "\n  connect_address: " + pg + "\n  data_dir: " + root_ +
+         "/" + me + "\n  bin_dir: " + bin_ + "\n  pgpass: " + root_ + "/" + me +
          ".pgpass\n  use_pg_rewind: true\n  remove_data_directory_on_rewind_failure: true\n"
          "  remove_data_directory_on_diverged_timelines: true\n"
          "  authentication:\n    superuser:\n      username: idemgate\n"
@@ -161,12 +161,12 @@ std::string PatroniCluster::NodeYaml(int node) const {
 bool PatroniCluster::StartEtcd(std::string* error) {
   std::string client = "http://127.0.0.1:" + std::to_string(etcd_port_);
   std::string peer = "http://127.0.0.1:" + std::to_string(etcd_peer_port_);
-  etcd_ = SpawnLogged({"/usr/bin/etcd", "--name", "etcd0", "--data-dir", root_ + "/etcd",
-                       "--listen-client-urls", client, "--advertise-client-urls", client,
-                       "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                       "--initial-cluster", "etcd0=" + peer, "--heartbeat-interval", "250",
-                       "--election-timeout", "2500"},
-                      root_ + "/etcd.log", true);
+  etcd_ = SpawnLogged(
+      {"/usr/bin/etcd", "--name", "etcd0", "--data-dir", root_ + "/etcd", "--listen-client-urls",
+       client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+       "--initial-advertise-peer-urls", peer, "--initial-cluster", "etcd0=" + peer,
+       "--heartbeat-interval", "250", "--election-timeout", "2500"},
+      root_ + "/etcd.log", true);
   for (auto deadline = std::chrono::steady_clock::now() + 30s;
        std::chrono::steady_clock::now() < deadline;) {
     TestClient c(static_cast<uint16_t>(etcd_port_));
@@ -181,8 +181,9 @@ bool PatroniCluster::StartEtcd(std::string* error) {
 bool PatroniCluster::Start(std::string* error) {
   bin_ = PgBinDir();
   if (bin_.empty() || !fs::exists("/usr/bin/patroni") || !fs::exists("/usr/bin/etcd")) {
-    *error = "needs PostgreSQL, /usr/bin/patroni and /usr/bin/etcd (apt-get install postgresql "
-             "patroni etcd-server; scripts/test installs them)";
+    *error =
+        "needs PostgreSQL, /usr/bin/patroni and /usr/bin/etcd (apt-get install postgresql "
+        "patroni etcd-server; scripts/test installs them)";
     return false;
   }
   std::error_code ec;
@@ -225,8 +226,7 @@ bool PatroniCluster::StartNode(int node, std::string* error) {
   return false;
 }
 
-int PatroniCluster::RestStatus(int node, const std::string& method,
-                               const std::string& path) const {
+int PatroniCluster::RestStatus(int node, const std::string& method, const std::string& path) const {
   TestClient c(static_cast<uint16_t>(nodes_.at(node).rest_port));
   return c.connected() ? c.Request(method, path, {}, {}, 3s).status : 0;
 }

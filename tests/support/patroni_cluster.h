@@ -52,7 +52,7 @@ class PatroniCluster {
   bool KillNode(int node);      // SIGKILL to Patroni and its PostgreSQL (postmaster + children)
   bool KillPatroni(int node);   // SIGKILL to Patroni alone (PostgreSQL runs on, unmanaged)
   bool KillPostgres(int node);  // SIGKILL to PostgreSQL alone (Patroni restarts or demotes it)
-  bool Pause(int node, bool paused);  // SIGSTOP / SIGCONT to Patroni and its PostgreSQL
+  bool Pause(int node, bool paused);             // SIGSTOP / SIGCONT to Patroni and its PostgreSQL
   bool StartNode(int node, std::string* error);  // Patroni again (after KillNode/KillPatroni)
   // `patronictl switchover --force` to `candidate` (-1: Patroni picks). Does not wait.
   bool Switchover(int candidate, std::string* error);
