@@ -77,11 +77,14 @@ def replay_all(rec, ports, seed, threads=8):
 
 def drive(gws, rec, rng, stats, disk_full, violations, opts, seed, minutes, cluster, kind):
     """Clients and the nemesis for `minutes`; then faults off and every client's call settled."""
+    extra = {}
     nemesis_class = Nemesis
     if kind in PATRONI_KINDS:
         from .patroni_nemesis import PatroniNemesis as nemesis_class
+        extra["pause_leader"] = getattr(opts, "pause_leader", None)
     nemesis = nemesis_class(gws, rec, rng, stats, disk_full, violations, cluster=cluster,
-                            freeze="always" if kind.startswith("planted-") else "sometimes")
+                            freeze="always" if kind.startswith("planted-") else "sometimes",
+                            **extra)
     stop_clients, stop_nemesis = threading.Event(), threading.Event()
     ports = [gw.port for gw in gws]
     clients = [threading.Thread(target=client_loop, args=(rec, ports, i, seed, stop_clients),
