@@ -21,9 +21,9 @@ TEST_F(PatroniGatewaysTest, SwitchoverUnderLoadLosesNothing) {
   ASSERT_EQ(cluster_->WaitForLeader(60s, old_leader), sync);
   EXPECT_TRUE(WaitForAcks(50, 0, t0)) << Statuses() << gateways_[0]->log();
   EXPECT_TRUE(WaitForAcks(50, 1, t0)) << Statuses() << gateways_[1]->log();
-  double via_dsn = LongestGap(0, t0), via_haproxy = LongestGap(1, t0);
   // The old leader rejoins as a replica (Patroni's pg_rewind), the cluster whole again.
   EXPECT_TRUE(cluster_->WaitHealthy(90s, &error)) << error;
+  double via_dsn = LongestGap(0, t0), via_haproxy = LongestGap(1, t0);
   PatroniVerdict v = Verify();
   EXPECT_EQ(v.lost, 0u) << v.first_loss;
   EXPECT_EQ(v.executed_twice, 0u);
