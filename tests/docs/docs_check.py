@@ -26,6 +26,10 @@ SECTION = re.compile(r'SPEC ?§ ?([0-9]+)\b|(?<![0-9.])§ ?([0-9]+)\b(?!\.[0-9])
 TITLE_REF = re.compile(r'(README(?:\.md)?|docs/[\w-]+\.md)[ ,]*"([^"\n]+)"')
 LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)\)')
 HISTORY = re.compile(r'[Ii]ssue [0-9]+|[Tt]his session|[Ll]ast session|\.\./shared/')
+# Docs written on other branches, linked before they land: while one is missing, a link to it is
+# a note, not a failure. Once they all exist this set is empty work: delete it.
+PENDING = {'docs/configuration.md', 'docs/several-instances.md', 'docs/install.md',
+           'docs/layout.md'}
 
 
 def read(path):
@@ -83,7 +87,7 @@ def rel(path):
     return os.path.relpath(path, ROOT)
 
 
-def check_links(doc, text, problems):
+def check_links(doc, text, problems, notes):
     for number, line in prose_lines(text):
         for target in LINK.findall(re.sub(r'`[^`]*`', '', line)):
             if re.match(r'[a-z]+:', target):
@@ -93,6 +97,8 @@ def check_links(doc, text, problems):
             where = f'{rel(doc)}:{number}: link {target}'
             if dest != ROOT and not dest.startswith(ROOT + os.sep):
                 problems.append(f'{where} leaves the repository')
+            elif not os.path.exists(dest) and rel(dest) in PENDING:
+                notes.add(f'{rel(dest)} is not written yet (linked from {rel(doc)})')
             elif not os.path.exists(dest):
                 problems.append(f'{where}: {rel(dest)} does not exist')
             elif anchor and dest.endswith('.md') and anchor not in anchors(read(dest)):
@@ -136,19 +142,21 @@ def check_citations(problems):
 
 
 def main():
-    problems = []
+    problems, notes = [], set()
     docs = doc_files()
     if not docs:
         problems.append('no README.md')
     for doc in docs:
         text = read(doc)
-        check_links(doc, text, problems)
+        check_links(doc, text, problems, notes)
         for number, line in enumerate(text.splitlines(), 1):
             m = HISTORY.search(line)
             if m:
                 problems.append(f'{rel(doc)}:{number}: "{m.group(0)}": the docs describe the code '
                                 'as it is; history lives in git')
     check_citations(problems)
+    for n in sorted(notes):
+        print('note:', n)
     for p in problems:
         print(p)
     print(f'docs_check: {len(docs)} files, {len(problems)} problems')
