@@ -5,22 +5,22 @@ set(PKG_DIR ${CMAKE_SOURCE_DIR}/packaging)
 # already built instead of building every test target first.
 set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
 
-# The installed config: conf/idemgate.toml with the store in the unit's StateDirectory.
-file(READ ${CMAKE_SOURCE_DIR}/conf/idemgate.toml PKG_CONFIG_TEXT)
+# The installed config: packaging/idemgate.toml with the store in the unit's StateDirectory.
+file(READ ${PKG_DIR}/idemgate.toml PKG_CONFIG_TEXT)
 string(REPLACE "path = \"./data\"" "path = \"/var/lib/idemgate/data\"" PKG_CONFIG_OUT
   "${PKG_CONFIG_TEXT}")
 if(PKG_CONFIG_OUT STREQUAL PKG_CONFIG_TEXT)
-  message(FATAL_ERROR "packaging: conf/idemgate.toml has no 'path = \"./data\"' line to rewrite")
+  message(FATAL_ERROR "packaging: packaging/idemgate.toml has no 'path = \"./data\"' line to rewrite")
 endif()
 file(WRITE ${CMAKE_BINARY_DIR}/packaging/idemgate.toml "${PKG_CONFIG_OUT}")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
-  ${CMAKE_SOURCE_DIR}/conf/idemgate.toml)
+  ${PKG_DIR}/idemgate.toml)
 
 install(TARGETS idemgate RUNTIME DESTINATION bin)
 install(FILES ${CMAKE_BINARY_DIR}/packaging/idemgate.toml DESTINATION /etc/idemgate
   PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ)
-install(FILES ${CMAKE_SOURCE_DIR}/conf/idemgate.service DESTINATION /lib/systemd/system)
-install(FILES ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/conf/idemgate.toml
+install(FILES ${PKG_DIR}/idemgate.service DESTINATION /lib/systemd/system)
+install(FILES ${CMAKE_SOURCE_DIR}/README.md ${PKG_DIR}/idemgate.toml
   DESTINATION share/doc/idemgate)
 
 set(CPACK_GENERATOR DEB)
