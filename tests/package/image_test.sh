@@ -9,24 +9,25 @@
 # usage: image_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$1" build="$2"
+name="idemgate-test-$$" vol="idemgate-test-$$"
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; dump; exit 1; }
+dump() { pod logs "$name" 2>&1 | tail -30 >&2 || true; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (podman with its own storage)"
-command -v podman >/dev/null && command -v mmdebstrap >/dev/null || skip "needs podman and mmdebstrap"
 exec 9>/tmp/idemgate-image-test.lock
 flock 9  # one image test per machine at a time (ports, the shared storage)
+(source "$src/scripts/lib.sh" && ensure_packages podman runc mmdebstrap) || skip "cannot install podman"
 
 image() { "$src/scripts/image" --build "$build" "$@"; }
 pod() { image --podman "$@"; }
+pod info >/dev/null 2>&1 || skip "podman cannot run here"
 t0=$(date +%s.%N)
-tag="$(image)" || skip "the image did not build (see above)"
+tag="$(image)" || fail "scripts/image did not build the image"
 t_build=$(date +%s.%N)
 size="$(pod image inspect --format '{{.Size}}' "$tag")"
 
-name="idemgate-test-$$" vol="idemgate-test-$$"
 tmp="$(mktemp -d)"
 api_pid=""
-dump() { pod logs "$name" 2>&1 | tail -30 >&2 || true; }
 cleanup() {
   pod rm -f -t 0 "$name" >/dev/null 2>&1 || true
   pod volume rm -f "$vol" >/dev/null 2>&1 || true

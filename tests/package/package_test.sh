@@ -13,6 +13,9 @@ skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (dpkg -i)"
 command -v dpkg >/dev/null && command -v cpack >/dev/null || skip "needs dpkg and cpack"
+# lintian checks the .deb (Debian's lintian; installed when missing, as the build packages are).
+(source "$(dirname "$0")/../../scripts/lib.sh" && ensure_packages lintian) ||
+  echo "note: lintian could not be installed"
 exec 9>/tmp/idemgate-package-test.lock
 flock 9  # one package test per machine at a time
 if dpkg-query -W -f='${Status}' idemgate 2>/dev/null | grep -q installed; then
