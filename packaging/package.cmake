@@ -74,8 +74,8 @@ install(FILES ${PKG_OUT}/idemgate.8.gz DESTINATION share/man/man8)
 install(FILES ${PKG_OUT}/idemgate.toml.5.gz DESTINATION share/man/man5)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md ${PKG_DIR}/idemgate.toml ${PKG_DIR}/copyright
   ${PKG_OUT}/changelog.Debian.gz DESTINATION share/doc/idemgate)
-file(GLOB PKG_DOCS ${CMAKE_SOURCE_DIR}/docs/*.md)
-install(FILES ${PKG_DOCS} DESTINATION share/doc/idemgate/docs)
+# The README links into docs/: install it beside the README so the links hold in the package.
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs DESTINATION share/doc/idemgate)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME idemgate)

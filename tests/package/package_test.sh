@@ -64,8 +64,9 @@ done
 [[ "$(dpkg-deb -f "$deb" Homepage)" == https://* ]] || fail "no Homepage"
 contents="$(dpkg-deb -c "$deb")"
 for f in ./usr/bin/idemgate ./etc/idemgate/idemgate.toml ./lib/systemd/system/idemgate.service \
-    ./usr/share/doc/idemgate/README.md ./usr/share/doc/idemgate/copyright \
-    ./usr/share/doc/idemgate/changelog.Debian.gz ./usr/share/doc/idemgate/docs/configuration.md \
+    ./usr/share/doc/idemgate/README.md ./usr/share/doc/idemgate/docs/behaviour.md \
+    ./usr/share/doc/idemgate/copyright ./usr/share/doc/idemgate/changelog.Debian.gz \
+    ./usr/share/doc/idemgate/docs/configuration.md ./usr/share/doc/idemgate/docs/install.md \
     ./usr/share/man/man8/idemgate.8.gz ./usr/share/man/man5/idemgate.toml.5.gz; do
   grep -q " $f\$" <<<"$contents" || fail "package lacks $f"
 done
