@@ -87,7 +87,7 @@ TEST(ShippedFiles, IdemgateTomlHoldsEveryDefault) {
   ExpectDefaults(*r.config);
 }
 
-// Every key appears in packaging/idemgate.toml under its section, with a comment line just above it.
+// Every key appears in packaging/idemgate.toml under its section, a comment line just above it.
 TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
   const std::vector<std::string> keys = {"listen.address",
                                          "listen.tls_cert",
