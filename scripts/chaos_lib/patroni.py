@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Patroni-managed PostgreSQL cluster for the campaign (--backend patroni): one etcd, three
 PostgreSQL nodes each under its own Patroni, and HAProxy routing to whichever node's REST API
 answers 200 to OPTIONS /primary. Mirrors tests/support/patroni_cluster.cc (same settings). The

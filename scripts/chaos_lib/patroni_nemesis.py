@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The nemesis of --backend patroni: the gateway faults of the other campaigns (kill, pauses,
 clock steps) and faults on the Patroni-managed nodes: the leader or a standby killed (PostgreSQL
 and Patroni, or either alone), paused shorter and longer than Patroni's ttl, etcd restarted, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SPEC §11 on Patroni: load through two gateways (one on a libpq multi-host DSN, one through
 // HAProxy), then the leader's PostgreSQL and its Patroni killed (-9). Patroni promotes the
 // synchronous standby by itself; both gateways follow without a restart; every answer a client

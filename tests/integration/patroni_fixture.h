@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two gateway processes on a Patroni-managed PostgreSQL cluster (tests/support/patroni_cluster)
 // in front of one FakeUpstream: gateway 0 finds the primary by a libpq multi-host DSN
 // (target_session_attrs=read-write), gateway 1 through HAProxy checking Patroni's REST API.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Planned events on a Patroni cluster under load through both gateways (multi-host DSN and
 // HAProxy): `patronictl switchover` to the synchronous standby, and etcd (Patroni's DCS) killed
 // and restarted. Either way nothing acknowledged is lost, no key executes twice, and both

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Patroni's synchronous_mode_strict under load: both standbys killed (-9, PostgreSQL and
 // Patroni), the leader is left without a synchronous standby and must not acknowledge alone. No
 // guarded request gets a 201 while they are down; once Patroni has them back, both gateways take

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HAProxy routing to the Patroni leader, for tests.
 #include "tests/support/haproxy_front.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HaproxyFront: HAProxy (Debian `haproxy`) in front of a PatroniCluster, the way teams route to
 // the primary: TCP to whichever node's Patroni REST API answers 200 to OPTIONS /primary, with
 // the sessions to a node marked down shut at once. One free loopback port, a temp config, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Patroni-managed PostgreSQL cluster with one etcd, for tests.
 #include "tests/support/patroni_cluster.h"
 

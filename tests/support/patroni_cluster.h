@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PatroniCluster: PostgreSQL the way production teams run it, for tests: one etcd and three
 // PostgreSQL nodes, each under its own Patroni (Debian `patroni`, `etcd-server`), on free loopback
 // ports in a temp dir (on tmpfs when /dev/shm is writable), as the `postgres` user when root.
