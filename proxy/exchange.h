@@ -29,7 +29,7 @@ enum class Outcome {
   kReplay,       // the stored response, replayed
   kInFlight,     // 409: another attempt owns the key
   kMismatch,     // 422: the key was used for a different request
-  kLostAttempt,  // C5 (takeover = false): an earlier attempt was lost; answered a stored 502
+  kLostAttempt,  // C5 (takeover off) or §12 A3 (fenced): an earlier attempt lost; a stored 502
   kRejected,     // the gateway answered an error before anything went upstream
 };
 const char* OutcomeName(Outcome outcome);
@@ -111,7 +111,7 @@ class Exchange {
            outcome_ == Outcome::kLostAttempt;
   }
   void OnUpstream(UpstreamResult result);
-  void RefuseTakeover();
+  void RefuseTakeover(uint32_t fenced_attempt = 0);
   void CompleteWith(StoredResponse response);
   void SendComplete();
   void OnComplete(const StoreStatus& status);
