@@ -158,7 +158,8 @@ def make_handler(log, fence, rng, rng_lock, slow_s):
                     with log.lock:
                         log.fenced += 1
                     return self._answer(409, dict(obj, error="attempt_fenced"))
-                return self._answer(503, dict(obj, error="ledger_unavailable"))
+                # Rolled back, nothing done; a final answer (a 503 would be retried forever).
+                return self._answer(500, dict(obj, error="ledger_unavailable"))
             with rng_lock:
                 r = rng.random()
             if r < 0.70:
