@@ -82,6 +82,7 @@ def main():
         for port, fence in ((demo_off, False), (demo_on, True)):
             argv = [o.demo, "--port", str(port), "--pg-dsn", pg.dsn()] + ([] if fence else ["--no-fence"])
             procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+            wait_port(port, procs[-1])  # one at a time: both create demo_intents
         for port, up in ((gw_off, demo_off), (gw_on, demo_on)):
             cfg = os.path.join(work, f"gw{port}.toml")
             gateway_config(cfg, port, up, pg.dsn())
