@@ -16,27 +16,27 @@
 namespace idemgate::pg {
 
 // "idemgate-record-v1\0" || scope || key -> SHA-256, first 16 bytes (proxy/record_id.h).
-#define IDEMGATE_RID_FN                                                                  \
-  "CREATE OR REPLACE FUNCTION idemgate_record_id(scope bytea, key bytea) RETURNS bytea"  \
-  " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS"                                      \
-  " $f$ SELECT substr(sha256('\\x6964656d676174652d7265636f72642d763100'::bytea"         \
-  " || scope || key), 1, 16) $f$;"                                                       \
-  "CREATE OR REPLACE FUNCTION idemgate_lock_key(record_id bytea) RETURNS bigint"         \
-  " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS"                                      \
+#define IDEMGATE_RID_FN                                                                 \
+  "CREATE OR REPLACE FUNCTION idemgate_record_id(scope bytea, key bytea) RETURNS bytea" \
+  " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS"                                     \
+  " $f$ SELECT substr(sha256('\\x6964656d676174652d7265636f72642d763100'::bytea"        \
+  " || scope || key), 1, 16) $f$;"                                                      \
+  "CREATE OR REPLACE FUNCTION idemgate_lock_key(record_id bytea) RETURNS bigint"        \
+  " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS"                                     \
   " $f$ SELECT ('x' || encode(substr(record_id, 1, 8), 'hex'))::bit(64)::bigint $f$;"
 
 #define IDEMGATE_NOW_MS "(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint)"
 
 // The marks: at most one per record (a record's life is its created_ms).
-#define IDEMGATE_FENCES                                                                       \
-  "CREATE TABLE IF NOT EXISTS idemgate_fences (record_id bytea NOT NULL,"                    \
-  "  created_ms bigint NOT NULL, attempt int NOT NULL, fenced_ms bigint NOT NULL,"          \
-  "  expires_ms bigint NOT NULL, PRIMARY KEY (record_id, created_ms));"                     \
-  "CREATE INDEX IF NOT EXISTS idemgate_fences_expires ON idemgate_fences (expires_ms);"     \
-  "CREATE INDEX IF NOT EXISTS idemgate_records_record_id"                                    \
+#define IDEMGATE_FENCES                                                                 \
+  "CREATE TABLE IF NOT EXISTS idemgate_fences (record_id bytea NOT NULL,"               \
+  "  created_ms bigint NOT NULL, attempt int NOT NULL, fenced_ms bigint NOT NULL,"      \
+  "  expires_ms bigint NOT NULL, PRIMARY KEY (record_id, created_ms));"                 \
+  "CREATE INDEX IF NOT EXISTS idemgate_fences_expires ON idemgate_fences (expires_ms);" \
+  "CREATE INDEX IF NOT EXISTS idemgate_records_record_id"                               \
   "  ON idemgate_records (idemgate_record_id(scope_id, idem_key));"
 
-#define IDEMGATE_FENCE_FN                                                                     \
+#define IDEMGATE_FENCE_FN                                                                    \
   "CREATE OR REPLACE FUNCTION idemgate_fence(record text, attempt bigint) RETURNS void"      \
   " LANGUAGE plpgsql VOLATILE AS $f$"                                                        \
   " DECLARE rid bytea; r record; n bigint;"                                                  \
@@ -47,7 +47,8 @@ namespace idemgate::pg {
   "  END IF;"                                                                                \
   "  rid := decode($1, 'hex');"                                                              \
   "  PERFORM pg_advisory_xact_lock(idemgate_lock_key(rid));"                                 \
-  "  n := " IDEMGATE_NOW_MS ";"                                                              \
+  "  n := " IDEMGATE_NOW_MS                                                                  \
+  ";"                                                                                        \
   "  SELECT t.state, t.attempt, t.created_ms, t.expires_ms INTO r FROM idemgate_records t"   \
   "   WHERE idemgate_record_id(t.scope_id, t.idem_key) = rid AND t.expires_ms > n;"          \
   "  IF NOT FOUND THEN"                                                                      \
@@ -69,36 +70,40 @@ namespace idemgate::pg {
 
 // The record's columns as every record-returning statement selects them (pg_sql.h DecodeRow),
 // then "now", then the fenced attempt (0: none).
-#define IDEMGATE_TAKEOVER_COLS                                                              \
-  "r.state::int2, r.attempt::int4, r.owner, r.fingerprint, r.created_ms, r.expires_ms,"    \
+#define IDEMGATE_TAKEOVER_COLS                                                               \
+  "r.state::int2, r.attempt::int4, r.owner, r.fingerprint, r.created_ms, r.expires_ms,"      \
   " r.lease_until_ms, coalesce(r.resp_status, 0)::int4, coalesce(r.resp_reason, ''::bytea)," \
-  " coalesce(r.resp_headers, ''::bytea), coalesce(r.resp_body, ''::bytea),"                 \
-  " coalesce(r.completed_ms, 0), n, coalesce((SELECT max(f.attempt) FROM idemgate_fences f" \
+  " coalesce(r.resp_headers, ''::bytea), coalesce(r.resp_body, ''::bytea),"                  \
+  " coalesce(r.completed_ms, 0), n, coalesce((SELECT max(f.attempt) FROM idemgate_fences f"  \
   " WHERE f.record_id = rid AND f.created_ms = r.created_ms), 0)::int4"
 
 #define IDEMGATE_TAKEOVER_FN                                                                 \
-  "CREATE OR REPLACE FUNCTION idemgate_take_over(p_scope bytea, p_key bytea, p_fp bytea,"   \
-  " p_owner bigint, p_lease bigint, p_ttl bigint, p_offset bigint) RETURNS TABLE (o_state"  \
+  "CREATE OR REPLACE FUNCTION idemgate_take_over(p_scope bytea, p_key bytea, p_fp bytea,"    \
+  " p_owner bigint, p_lease bigint, p_ttl bigint, p_offset bigint) RETURNS TABLE (o_state"   \
   " int2, o_attempt int4, o_owner int8, o_fp bytea, o_created int8, o_expires int8, o_lease" \
-  " int8, o_status int4, o_reason bytea, o_headers bytea, o_body bytea, o_completed int8,"  \
-  " o_now int8, o_fenced int4) LANGUAGE plpgsql VOLATILE AS $f$"                            \
-  " DECLARE rid bytea := idemgate_record_id(p_scope, p_key);"                               \
-  "  n bigint := " IDEMGATE_NOW_MS " + p_offset;"                                            \
-  " BEGIN"                                                                                  \
-  "  IF pg_try_advisory_xact_lock(idemgate_lock_key(rid)) THEN"                             \
+  " int8, o_status int4, o_reason bytea, o_headers bytea, o_body bytea, o_completed int8,"   \
+  " o_now int8, o_fenced int4) LANGUAGE plpgsql VOLATILE AS $f$"                             \
+  " DECLARE rid bytea := idemgate_record_id(p_scope, p_key);"                                \
+  "  n bigint := " IDEMGATE_NOW_MS                                                           \
+  " + p_offset;"                                                                             \
+  " BEGIN"                                                                                   \
+  "  IF pg_try_advisory_xact_lock(idemgate_lock_key(rid)) THEN"                              \
   "   RETURN QUERY UPDATE idemgate_records r SET attempt = r.attempt + 1, owner = p_owner,"  \
-  "    lease_until_ms = n + p_lease, expires_ms = greatest(r.expires_ms, n + p_ttl)"        \
-  "    WHERE r.scope_id = p_scope AND r.idem_key = p_key AND r.state = 1"                   \
-  "    AND r.fingerprint = p_fp AND r.lease_until_ms <= n AND r.expires_ms > n"             \
-  "    RETURNING " IDEMGATE_TAKEOVER_COLS ";"                                               \
-  "   IF FOUND THEN RETURN; END IF;"                                                        \
-  "  END IF;"                                                                               \
-  "  RETURN QUERY SELECT " IDEMGATE_TAKEOVER_COLS " FROM idemgate_records r"                \
-  "   WHERE r.scope_id = p_scope AND r.idem_key = p_key;"                                   \
+  "    lease_until_ms = n + p_lease, expires_ms = greatest(r.expires_ms, n + p_ttl)"         \
+  "    WHERE r.scope_id = p_scope AND r.idem_key = p_key AND r.state = 1"                    \
+  "    AND r.fingerprint = p_fp AND r.lease_until_ms <= n AND r.expires_ms > n"              \
+  "    RETURNING " IDEMGATE_TAKEOVER_COLS                                                    \
+  ";"                                                                                        \
+  "   IF FOUND THEN RETURN; END IF;"                                                         \
+  "  END IF;"                                                                                \
+  "  RETURN QUERY SELECT " IDEMGATE_TAKEOVER_COLS                                            \
+  " FROM idemgate_records r"                                                                 \
+  "   WHERE r.scope_id = p_scope AND r.idem_key = p_key;"                                    \
   " END $f$;"
 
-const char* const kFenceSchemaSql = IDEMGATE_RID_FN IDEMGATE_FENCES IDEMGATE_FENCE_FN
-    IDEMGATE_TAKEOVER_FN "UPDATE idemgate_schema SET version = 2;";
+const char* const kFenceSchemaSql =
+    IDEMGATE_RID_FN IDEMGATE_FENCES IDEMGATE_FENCE_FN IDEMGATE_TAKEOVER_FN
+    "UPDATE idemgate_schema SET version = 2;";
 
 const char* const kTakeoverSql = "SELECT * FROM idemgate_take_over($1, $2, $3, $4, $5, $6, $7)";
 

@@ -136,7 +136,8 @@ void PgStore::Deliver(Op& op, PGresult* res) {
   bool ok = st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
   int affected = atoi(PQcmdTuples(res));
   if (op.kind == OpKind::kFenceCleanup) {
-    if (!ok) LogF(LogLevel::kError, "store", "fence clean-up failed: %s", PQresultErrorMessage(res));
+    if (!ok)
+      LogF(LogLevel::kError, "store", "fence clean-up failed: %s", PQresultErrorMessage(res));
     return;
   }
   if (op.kind == OpKind::kCleanup) {
@@ -166,7 +167,8 @@ void PgStore::Deliver(Op& op, PGresult* res) {
       if (PQntuples(res) != 1 || !pg::DecodeRow(res, 0, &row, &now)) {
         return FailOp(op, Error(StoreCode::kCorruption, "the takeover returned no readable row"));
       }
-      ClaimResult r = pg::ClaimFromRow(row, now, op.fingerprint, op.owner, std::move(op.record_key));
+      ClaimResult r =
+          pg::ClaimFromRow(row, now, op.fingerprint, op.owner, std::move(op.record_key));
       if (r.outcome == ClaimOutcome::kTakeover) r.fenced_attempt = pg::FencedAttempt(res, 0);
       return op.claim_done(std::move(r));
     }

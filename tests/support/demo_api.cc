@@ -79,9 +79,9 @@ struct DemoApi::Pending {
   int status = 0;
   std::string body;
   std::string location;
-  std::string amount;            // what Execute creates
-  std::string record, attempt;   // the fencing headers (SPEC §12 A1), empty when absent
-  bool execute_later = false;    // hold_first_ms: Execute runs when the timer fires
+  std::string amount;           // what Execute creates
+  std::string record, attempt;  // the fencing headers (SPEC §12 A1), empty when absent
+  bool execute_later = false;   // hold_first_ms: Execute runs when the timer fires
   DemoApi* api = nullptr;
   EventPtr timer;
 };
@@ -217,7 +217,8 @@ void DemoApi::Execute(Pending* pending) {
     case DemoLedger::Result::kFailed:
       std::fprintf(stderr, "demo ledger: %s\n", detail.c_str());
       pending->status = 503;
-      pending->body = ErrorJson("ledger_unavailable", "The payment ledger failed; nothing was done.");
+      pending->body =
+          ErrorJson("ledger_unavailable", "The payment ledger failed; nothing was done.");
       return;
   }
 }

@@ -53,23 +53,22 @@ DemoLedger::Result DemoLedger::Create(const std::string& id, const std::string& 
   // The three lines a backend adds: BEGIN; SELECT idemgate_fence($1, $2); ...; COMMIT.
   if (fence_ && !record.empty()) {
     const char* fence_args[2] = {record.c_str(), attempt.c_str()};
-    PgRes res(PQexecParams(conn_, "SELECT idemgate_fence($1, $2)", 2, nullptr, fence_args,
-                            nullptr, nullptr, 0));
+    PgRes res(PQexecParams(conn_, "SELECT idemgate_fence($1, $2)", 2, nullptr, fence_args, nullptr,
+                           nullptr, 0));
     if (PQresultStatus(res.r) != PGRES_TUPLES_OK) {
       const char* state = PQresultErrorField(res.r, PG_DIAG_SQLSTATE);
       *detail = Trim(PQresultErrorMessage(res.r));
       std::string ignored;
       Exec("ROLLBACK", &ignored);
-      return state != nullptr && std::string(state) == "IG001" ? Result::kFenced
-                                                               : Result::kFailed;
+      return state != nullptr && std::string(state) == "IG001" ? Result::kFenced : Result::kFailed;
     }
   }
   const char* args[4] = {id.c_str(), amount.c_str(), record.empty() ? nullptr : record.c_str(),
                          record.empty() ? nullptr : attempt.c_str()};
   PgRes ins(PQexecParams(conn_,
-                          "INSERT INTO demo_intents (id, amount, record, attempt)"
-                          " VALUES ($1, $2, $3, $4)",
-                          4, nullptr, args, nullptr, nullptr, 0));
+                         "INSERT INTO demo_intents (id, amount, record, attempt)"
+                         " VALUES ($1, $2, $3, $4)",
+                         4, nullptr, args, nullptr, nullptr, 0));
   if (PQresultStatus(ins.r) != PGRES_COMMAND_OK) {
     *detail = Trim(PQresultErrorMessage(ins.r));
     std::string ignored;

@@ -276,8 +276,8 @@ TEST_F(ExchangeTest, GuardedRequestsCarryTheirAttemptAndRecordId) {
   Begin(Post("k1"));
   Settle();
   ASSERT_EQ(env_.upstream.size(), 2u);
-  EXPECT_NE(env_.upstream[1].request.find("\r\nIdempotency-Attempt: 2\r\nIdempotency-Record: " +
-                                          id + "\r\n"),
+  EXPECT_NE(env_.upstream[1].request.find(
+                "\r\nIdempotency-Attempt: 2\r\nIdempotency-Record: " + id + "\r\n"),
             std::string::npos)
       << env_.upstream[1].request;
   int pass = Begin(Post(""));  // passthrough: no token
@@ -291,7 +291,7 @@ TEST_F(ExchangeTest, GuardedRequestsCarryTheirAttemptAndRecordId) {
 TEST_F(ExchangeTest, TakeoverOfAFencedAttemptStoresTheLostAnswer) {
   int a = Begin(Post("k1"));
   Settle();
-  Get(a)->DetachClient();  // the gateway running it is gone
+  Get(a)->DetachClient();                            // the gateway running it is gone
   store_.fenced[store_.records.begin()->first] = 1;  // the backend committed attempt 1
   clock_.Advance(31'000);
   int b = Begin(Post("k1"));

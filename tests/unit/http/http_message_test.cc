@@ -111,8 +111,8 @@ TEST(HttpMessage, ClientFencingHeadersAreDroppedAndTheGatewaysAdded) {
   r.headers.emplace_back("Idempotency-Attempt", "1");
   r.headers.emplace_back("idempotency-record", "00000000000000000000000000000000");
   r.headers.emplace_back("IDEMPOTENCY-ATTEMPT", "7");
-  std::string out = SerializeUpstreamRequest(r, "192.0.2.7", "https", {}, {},
-                                             "Idempotency-Attempt: 2\r\nIdempotency-Record: ab\r\n");
+  std::string out = SerializeUpstreamRequest(
+      r, "192.0.2.7", "https", {}, {}, "Idempotency-Attempt: 2\r\nIdempotency-Record: ab\r\n");
   EXPECT_EQ(out,
             "POST /v1/payment_intents?expand=1 HTTP/1.1\r\n"
             "Host: api.example\r\n"

@@ -38,7 +38,8 @@ class PgStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    SharedPg().Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema, idemgate_fences", nullptr, &error);
+    SharedPg().Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema, idemgate_fences",
+                    nullptr, &error);
   }
   std::unique_ptr<Store> Open(std::string* error, int64_t cleanup_ms = 60'000,
                               const std::string& app = "idemgate-test") {
