@@ -1,125 +1,16 @@
-// llhttp wrapper: request and response parsing with the gateway's limits and smuggling checks.
+// llhttp wrapper: request and response parsing with the gateway's limits and smuggling checks
+// (the header section's raw-byte checks are in header_scan.h).
 #include "proxy/http/http_parser.h"
 
 #include <string_view>
 #include <utility>
 
 #include "llhttp.h"
+#include "proxy/http/header_scan.h"
 
 namespace idemgate {
 
-ErrorCode ErrorCodeFor(ParseError error) {
-  switch (error) {
-    case ParseError::kBodyTooLarge:
-      return ErrorCode::kRequestTooLarge;
-    case ParseError::kHeadersTooLarge:
-      return ErrorCode::kHeadersTooLarge;
-    default:
-      return ErrorCode::kBadRequest;
-  }
-}
 namespace {
-
-// A message's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand on a body
-// still coded once the (hop-by-hop) header is dropped, and "gzip" alone is not even framed.
-bool TransferEncodingIsPlainChunked(const Headers& headers) {
-  int tokens = 0;
-  bool chunked = false;
-  for (const Header& h : headers) {
-    if (!HeaderNameEquals(h.name, "Transfer-Encoding")) continue;
-    std::string_view rest = h.value;
-    while (true) {
-      size_t comma = rest.find(',');
-      std::string_view token = TrimOws(rest.substr(0, comma));
-      if (!token.empty()) {
-        ++tokens;
-        chunked = HeaderNameEquals(token, "chunked");
-      }
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-  }
-  return tokens == 1 && chunked;
-}
-
-bool IsTchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool IsToken(std::string_view text) {
-  if (text.empty()) return false;
-  for (char c : text) {
-    if (!IsTchar(c)) return false;
-  }
-  return true;
-}
-
-// Checks the raw bytes of a header section (start line + fields + blank line) for what llhttp
-// in its loose build accepts: bare LF, bare CR and obs-fold. It also finds where the section
-// ends, so the parser can hand llhttp the header section and the body separately.
-class HeaderSectionScanner {
- public:
-  void Reset() { *this = HeaderSectionScanner(); }
-  bool done() const { return state_ == kDone; }
-  const char* error() const { return error_; }
-
-  // Scans up to the end of the header section; returns the bytes that belong to it.
-  size_t Scan(const char* data, size_t len) {
-    for (size_t i = 0; i < len; ++i) {
-      if (!Step(data[i])) return i;
-      if (state_ == kDone) return i + 1;
-    }
-    return len;
-  }
-
- private:
-  enum State { kLineStart, kInLine, kExpectLf, kExpectFinalLf, kDone };
-
-  bool Fail(const char* why) {
-    error_ = why;
-    return false;
-  }
-  bool Step(char c) {
-    switch (state_) {
-      case kLineStart:
-        if (c == '\r') {
-          state_ = lines_ == 0 ? kExpectLf : kExpectFinalLf;  // empty lines before the start line
-          return true;
-        }
-        if (c == '\n') return Fail("a line ends in a bare LF instead of CRLF");
-        if (lines_ > 0 && (c == ' ' || c == '\t')) {
-          return Fail("a header line is folded (obs-fold), which is not allowed");
-        }
-        state_ = kInLine;
-        line_has_content_ = true;
-        return true;
-      case kInLine:
-        if (c == '\r') state_ = kExpectLf;
-        if (c == '\n') return Fail("a line ends in a bare LF instead of CRLF");
-        return true;
-      case kExpectLf:
-      case kExpectFinalLf:
-        if (c != '\n') return Fail("a bare CR appears without LF");
-        if (state_ == kExpectFinalLf) {
-          state_ = kDone;
-          return true;
-        }
-        if (line_has_content_) ++lines_;
-        line_has_content_ = false;
-        state_ = kLineStart;
-        return true;
-      case kDone:
-        return true;
-    }
-    return true;
-  }
-
-  State state_ = kLineStart;
-  int lines_ = 0;                  // complete non-empty lines so far
-  bool line_has_content_ = false;  // the current line is not one of the leading empty lines
-  const char* error_ = nullptr;
-};
 
 // The parsing state shared by both directions; llhttp calls back into it through `data`.
 struct Engine {

@@ -19,6 +19,16 @@
 
 namespace idemgate {
 
+// The Host for requests that came without one: the upstream's host, and its port unless default.
+std::string UpstreamHost(const Config::Upstream& upstream) {
+  const std::string& host = upstream.addr.host;
+  std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  if (upstream.addr.port != (upstream.tls ? 443 : 80)) {
+    out += ":" + std::to_string(upstream.addr.port);
+  }
+  return out;
+}
+
 namespace {
 constexpr size_t kMaxIdle = 256;
 }  // namespace
