@@ -55,6 +55,7 @@ class PassthroughRelay final : public StreamReceiver {
   bool request_done() const { return request_done_; }
   bool request_paused() const { return client_paused_; }
   bool response_paused() const { return upstream_paused_; }
+  const std::string& request_id() const { return request_id_; }  // this request's X-Request-Id
 
   // StreamReceiver: the upstream's answer.
   void OnResponseHead(Response head) override;
