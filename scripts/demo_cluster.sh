@@ -129,7 +129,8 @@ echo "no leader right now"; exit 1
 SH
 chmod +x "$T/kill-leader"
 main=()  # the demo ends when one of these exits (not when a node is killed)
-build/demo-payment-api --port 9000 & main+=($!)
+# The payment API writes its intents into the same database, fenced (docs/fencing.md).
+build/demo-payment-api --port 9000 --pg-dsn "$MULTI user=idemgate dbname=postgres" & main+=($!)
 build/idemgate --config "$T/gw8080.toml" & main+=($!)
 build/idemgate --config "$T/gw8081.toml" & main+=($!)
 pids+=("${main[@]}")
@@ -161,6 +162,11 @@ A planned switchover: $PCTL switchover --force --candidate <the Sync Standby>
 Bring the killed node back (it rejoins as a replica): $( [ "$(id -u)" -eq 0 ] && echo "runuser -u postgres -- ")patroni $T/nodeN.yml &
 
   curl -s localhost:9000/_demo/stats  (how many times the payment API executed)
+
+The payment API keeps its intents in the same database and calls idemgate_fence in the
+transaction that creates each one (docs/fencing.md):
+
+  psql -h 127.0.0.1 -p 25000 -U idemgate -d postgres -c 'SELECT * FROM demo_intents'
 
 Ctrl-C stops everything and removes $T.
 TXT
