@@ -323,7 +323,10 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
 
 void AdminServer::Stop() {
   if (thread_.joinable()) {
-    event_base_loopbreak(base_.get());  // thread-safe: evthread_use_pthreads() ran first
+    // loopexit, not loopbreak: a break asked for before the thread has entered its loop is
+    // cleared when the loop starts (a start-up that failed just after Start() then waited in
+    // join() for ever); loopexit queues an event that the loop runs whenever it starts.
+    event_base_loopexit(base_.get(), nullptr);  // thread-safe: evthread_use_pthreads() ran first
     thread_.join();
   }
   // A backup still being written is finished (the store must outlive it); nobody hears of it.
