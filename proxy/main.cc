@@ -25,6 +25,7 @@
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/admin.h"
 #include "proxy/ops/build_info.h"
+#include "proxy/ops/certificates.h"
 #include "proxy/ops/gateway.h"
 #include "proxy/ops/metrics.h"
 #include "proxy/ops/ops_metrics.h"
@@ -189,8 +190,9 @@ class Server {
     Store* store = store_.get();
     metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
     reload_stats_.ConfigLoaded(config_path_);
-    metrics_->SetExtraSource([stats = &reload_stats_] {
-      return RenderProcessMetrics() + stats->Render();
+    metrics_->SetExtraSource([this] {
+      return RenderProcessMetrics() + reload_stats_.Render() + server_certs_.RenderMetrics() +
+             RenderCaExpiryMetrics(*gateway_.Snapshot());
     });
     gateway_.metrics = metrics_.get();
     if (config.log.access != "off") {
@@ -208,6 +210,11 @@ class Server {
     if (!config.listen.tls_cert.empty()) {
       server_tls_ = MakeServerTlsContext(config.listen.tls_cert, config.listen.tls_key, error);
       if (!server_tls_) return false;
+      // Each handshake takes the current pair from server_certs_ (replaced on SIGHUP).
+      if (!server_certs_.Install(server_tls_.get(), config.listen.tls_cert, config.listen.tls_key,
+                                 error)) {
+        return false;
+      }
       gateway_.server_tls = server_tls_.get();
     }
     if (config.upstream.tls) {
@@ -294,17 +301,45 @@ class Server {
     ConfigResult loaded = LoadConfig(config_path_);
     if (!loaded.ok()) {
       reload_stats_.ReloadFailed();  // counted before the line: a reader of the line sees it
-      LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
-           loaded.error.c_str());
+      for (const std::string& e : loaded.errors) {
+      LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s", e.c_str());
+    }
       return;
     }
     ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
+    // The listener's certificate and key, read again from the same files and verified first: a
+    // pair that fails refuses the whole reload (nothing changes, the running pair serves on).
+    std::string cert_change;
+    if (server_tls_) {
+      std::string detail;
+      ServerCertificates::Outcome outcome = server_certs_.Reload(&detail);
+      if (outcome == ServerCertificates::Outcome::kRefused) {
+        reload_stats_.ReloadFailed();
+        LogF(LogLevel::kError, "reload",
+             "reload failed, keeping the running config and certificate: listen.tls_cert/"
+             "listen.tls_key: %s",
+             detail.c_str());
+        return;
+      }
+      if (outcome == ServerCertificates::Outcome::kReplaced) {
+        cert_change = "listen.tls_cert certificate replaced (" + detail + ")";
+      }
+    }
     for (const std::string& key : plan.ignored) {
       LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
     }
     gateway_.SetConfig(plan.config);
     reload_stats_.ReloadSucceeded(config_path_);
-    LogF(LogLevel::kInfo, "reload", "config reloaded from %s", config_path_.c_str());
+    LogReloaded(plan, cert_change);
+  }
+
+  // One line per reload naming what it changed.
+  void LogReloaded(const ReloadPlan& plan, const std::string& cert_change) const {
+    std::string changed;
+    for (const std::string& key : plan.changed) changed += (changed.empty() ? "" : ", ") + key;
+    if (!cert_change.empty()) changed += (changed.empty() ? "" : "; ") + cert_change;
+    LogF(LogLevel::kInfo, "reload", "config reloaded from %s: %s%s", config_path_.c_str(),
+         changed.empty() ? "nothing changed" : "changed ", changed.c_str());
   }
 
   static void OnStop(evutil_socket_t, short, void* arg) {
@@ -317,6 +352,7 @@ class Server {
   const bool accept_new_signature_;
   SystemClock clock_;
   SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
+  ServerCertificates server_certs_;  // the pair server_tls_'s handshakes use
   SslCtxPtr upstream_tls_;
   std::vector<SslCtxPtr> group_tls_;  // named https groups
   Gateway gateway_;
