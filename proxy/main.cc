@@ -39,6 +39,10 @@
 namespace idemgate {
 namespace {
 
+// With the default limits.max_connections, an open-file limit of at least this is not warned
+// about (about 2000 client connections, each with an upstream one).
+constexpr rlim_t kQuietOpenFileLimit = 4096;
+
 // Completed responses kept in memory for replays (an entry over a quarter of it is not kept).
 constexpr size_t kReplayCacheBytes = 64 << 20;
 
@@ -279,6 +283,10 @@ class Server {
     raised.rlim_cur = std::min(wanted, limit.rlim_max);
     if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
     if (limit.rlim_cur >= wanted) return;
+    // The default max_connections (10000) is a ceiling, not a sizing: on a machine whose limit
+    // leaves room for a few thousand connections, the default config starts quietly.
+    const bool default_ceiling = config.limits.max_connections == Config{}.limits.max_connections;
+    if (default_ceiling && limit.rlim_cur >= kQuietOpenFileLimit) return;
     LogF(LogLevel::kWarn, "main",
          "the open-file limit (%llu) is below what limits.max_connections (%lld) may need (%llu: "
          "a client and an upstream connection each, and 256 for the store); past it new "
