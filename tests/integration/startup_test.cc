@@ -4,6 +4,8 @@
 // already in use among them.
 #include <sys/socket.h>
 
+#include <filesystem>
+
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/loopback.h"
 
