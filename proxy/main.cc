@@ -285,7 +285,8 @@ class Server {
     if (limit.rlim_cur >= wanted) return;
     // The default max_connections (10000) is a ceiling, not a sizing: on a machine whose limit
     // leaves room for a few thousand connections, the default config starts quietly.
-    const bool default_ceiling = config.limits.max_connections == Config{}.limits.max_connections;
+    static const Config kDefaults;
+    const bool default_ceiling = config.limits.max_connections == kDefaults.limits.max_connections;
     if (default_ceiling && limit.rlim_cur >= kQuietOpenFileLimit) return;
     LogF(LogLevel::kWarn, "main",
          "the open-file limit (%llu) is below what limits.max_connections (%lld) may need (%llu: "

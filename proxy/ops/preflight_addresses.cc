@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace idemgate {
@@ -75,10 +79,53 @@ int ProbeBind(const HostPort& addr) {
   return err;
 }
 
+// The socket inodes listening on TCP `port` (/proc/net/tcp and tcp6, state 0A).
+std::vector<std::string> ListeningInodes(uint16_t port) {
+  std::vector<std::string> inodes;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+          inode;
+      size_t colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;
+      if (std::strtoul(local.c_str() + colon + 1, nullptr, 16) == port) inodes.push_back(inode);
+    }
+  }
+  return inodes;
+}
+
+// Whether an idemgate process (this user's: /proc/PID/fd is readable) listens on `port`: the
+// running gateway of this config, whose addresses are in use by design (the packaged unit runs
+// --check-config before every reload).
+bool HeldByIdemgate(uint16_t port) {
+  std::vector<std::string> inodes = ListeningInodes(port);
+  if (inodes.empty()) return false;
+  std::error_code ec;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    std::ifstream comm(proc.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "idemgate") continue;
+    std::error_code fd_ec;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      std::string target = std::filesystem::read_symlink(fd.path(), link_ec).string();
+      for (const std::string& inode : inodes) {
+        if (target == "socket:[" + inode + "]") return true;
+      }
+    }
+  }
+  return false;
+}
+
 void CheckBound(const std::string& key, const HostPort& addr, std::vector<PreflightProblem>* out) {
   if (addr.port == 0) return;  // a port the kernel picks is free
   int err = ProbeBind(addr);
-  if (err == 0) return;
+  if (err == 0 || (err == EADDRINUSE && HeldByIdemgate(addr.port))) return;
   std::string what = err == EADDRINUSE
                          ? Text(addr) + " is already in use by another process (another "
                                         "idemgate?); stop it or choose another " +

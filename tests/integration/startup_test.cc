@@ -150,5 +150,17 @@ TEST_F(StartupTest, DefaultConfigStartsQuietly) {
   EXPECT_NE(gateway_.log().find("open-file limit"), std::string::npos) << gateway_.log();
 }
 
+// The packaged unit runs --check-config before every reload: the running gateway's own
+// addresses are in use by it, and that is no problem.
+TEST_F(StartupTest, CheckConfigOfTheRunningGatewayPasses) {
+  uint16_t port = FreePort(), admin = FreePort();
+  Set("listen", "address", "\"127.0.0.1:" + std::to_string(port) + "\"");
+  Set("admin", "address", "\"127.0.0.1:" + std::to_string(admin) + "\"");
+  StartGateway();
+  RunResult check = RunGateway({"--check-config", "--config", dir_.Path("idemgate.toml")});
+  EXPECT_EQ(check.code, 0) << check.output;
+  EXPECT_NE(check.output.find("configuration OK"), std::string::npos) << check.output;
+}
+
 }  // namespace
 }  // namespace idemgate::test
