@@ -311,8 +311,9 @@ class Server {
     if (!loaded.ok()) {
       reload_stats_.ReloadFailed();  // counted before the line: a reader of the line sees it
       for (const std::string& e : loaded.errors) {
-      LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s", e.c_str());
-    }
+        LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
+             e.c_str());
+      }
       return;
     }
     ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
@@ -360,12 +361,12 @@ class Server {
   std::string config_path_;
   const bool accept_new_signature_;
   SystemClock clock_;
-  SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
+  SslCtxPtr server_tls_;             // before gateway_ and the workers: destroyed after them
   ServerCertificates server_certs_;  // the pair server_tls_'s handshakes use
   SslCtxPtr upstream_tls_;
   std::vector<SslCtxPtr> group_tls_;  // named https groups
   Gateway gateway_;
-  ReloadStats reload_stats_;           // before metrics_: its source reads it
+  ReloadStats reload_stats_;          // before metrics_: its source reads it
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
   std::unique_ptr<Store> caching_store_;  // over store_: a delete evicts from replay_cache_

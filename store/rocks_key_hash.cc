@@ -48,8 +48,8 @@ StoreStatus ScanRocksKeyHash(rocksdb::DB* db, TimeMs now_ms, std::string_view ke
     EVP_DigestUpdate(ctx.get(), key.data(), key.size());
     EVP_DigestFinal_ex(ctx.get(), md, &len);
     if (std::memcmp(md, want, sizeof(want)) != 0) continue;
-    std::optional<Record> record = DecodeRecord(std::string_view(it->value().data(),
-                                                                 it->value().size()));
+    std::optional<Record> record =
+        DecodeRecord(std::string_view(it->value().data(), it->value().size()));
     if (!record || record->ExpiredAt(now_ms)) continue;
     KeyHashMatch match;
     std::memcpy(match.scope.data(), key.data(), scope.size());

@@ -301,8 +301,7 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
   // method left out here would get evhttp's own 501 HTML page).
   evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE |
                                         EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_PATCH |
-                                        EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                        EVHTTP_REQ_CONNECT);
+                                        EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
   evhttp_set_max_headers_size(http_, 16 << 10);
   evhttp_set_max_body_size(http_, 0);
   evhttp_set_timeout(http_, kAdminTimeoutS);

@@ -4,14 +4,13 @@
 
 #include <openssl/asn1.h>
 #include <openssl/bn.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
 #include <cstdio>
 #include <ctime>
-
-#include <openssl/err.h>
 
 #include "proxy/ops/access_log.h"
 
@@ -63,10 +62,10 @@ std::string PairFingerprint(X509* cert, EVP_PKEY* key) {
 
 std::string ExpiryLine(const std::string& use, const std::string& file, X509* cert) {
   char* subject = X509_NAME_oneline(X509_get_subject_name(cert), nullptr, 0);
-  std::string line = std::string(kExpiry) + "{use=\"" + use + "\",file=\"" +
-                     LabelEscape(file) + "\",serial=\"" + SerialHex(cert) +
-                     "\",subject=\"" + LabelEscape(subject ? subject : "") + "\"} " +
-                     std::to_string(NotAfter(cert)) + "\n";
+  std::string line = std::string(kExpiry) + "{use=\"" + use + "\",file=\"" + LabelEscape(file) +
+                     "\",serial=\"" + SerialHex(cert) + "\",subject=\"" +
+                     LabelEscape(subject ? subject : "") + "\"} " + std::to_string(NotAfter(cert)) +
+                     "\n";
   OPENSSL_free(subject);
   return line;
 }
@@ -98,14 +97,13 @@ std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Current() co
   return current_;
 }
 
-std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Load(
-    std::string* error) const {
+std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Load(std::string* error) const {
   auto pair = std::make_shared<Pair>();
   pair->holder = MakeServerTlsContext(cert_file_, key_file_, error);  // loads and checks the pair
   if (!pair->holder) {
     if (error->find("mismatch") != std::string::npos) {  // OpenSSL: "key values mismatch"
-      *error = "the key '" + key_file_ + "' does not match the certificate '" + cert_file_ +
-               "' (" + *error + ")";
+      *error = "the key '" + key_file_ + "' does not match the certificate '" + cert_file_ + "' (" +
+               *error + ")";
     }
     return nullptr;
   }
@@ -152,8 +150,8 @@ ServerCertificates::Outcome ServerCertificates::Reload(std::string* detail) {
 std::string ServerCertificates::RenderMetrics() const {
   std::shared_ptr<const Pair> pair = Current();
   if (!pair) return "";
-  return Header() + ExpiryLine("listener", cert_file_,
-                               SSL_CTX_get0_certificate(pair->holder.get()));
+  return Header() +
+         ExpiryLine("listener", cert_file_, SSL_CTX_get0_certificate(pair->holder.get()));
 }
 
 std::string RenderCaExpiryMetrics(const Config& config) {

@@ -126,11 +126,11 @@ void CheckBound(const std::string& key, const HostPort& addr, std::vector<Prefli
   if (addr.port == 0) return;  // a port the kernel picks is free
   int err = ProbeBind(addr);
   if (err == 0 || (err == EADDRINUSE && HeldByIdemgate(addr.port))) return;
-  std::string what = err == EADDRINUSE
-                         ? Text(addr) + " is already in use by another process (another "
-                                        "idemgate?); stop it or choose another " +
-                               key
-                         : "cannot listen on " + Text(addr) + ": " + strerror(err);
+  std::string what = err == EADDRINUSE ? Text(addr) +
+                                             " is already in use by another process (another "
+                                             "idemgate?); stop it or choose another " +
+                                             key
+                                       : "cannot listen on " + Text(addr) + ": " + strerror(err);
   out->push_back({key, "key '" + key + "': " + what});
 }
 

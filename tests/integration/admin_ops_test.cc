@@ -26,9 +26,8 @@ class AdminOpsTest : public GatewayTest {
   std::string LoggedKeyHash() {
     static const std::regex kHash("\"key_hash\":\"([0-9a-f]{16})\"");
     std::smatch m;
-    std::string log = AccessLogWhen([](const std::string& text) {
-      return text.find("\"key_hash\"") != std::string::npos;
-    });
+    std::string log = AccessLogWhen(
+        [](const std::string& text) { return text.find("\"key_hash\"") != std::string::npos; });
     return std::regex_search(log, m, kHash) ? m[1].str() : "";
   }
 };
@@ -65,7 +64,8 @@ TEST_F(AdminOpsTest, EveryMethodGetsAJsonAnswer) {
       HttpResponse r = Admin(method, path);
       EXPECT_NE(r.status, 501) << method << " " << path << "\n" << r.raw;
       EXPECT_TRUE(r.status == 405 || r.status == 404 || r.status == 400)
-          << method << " " << path << "\n" << r.raw;
+          << method << " " << path << "\n"
+          << r.raw;
       EXPECT_EQ(r.Header("Content-Type"), "application/json") << method << " " << path;
       EXPECT_NE(r.body.find("\"error\":\""), std::string::npos) << r.body;
     }

@@ -21,8 +21,8 @@ class RetryAfterTest : public GatewayTest {
     const int before = upstream_.requests();
     HeaderList headers = kMerchant;
     headers.emplace_back("Idempotency-Key", key);
-    ASSERT_TRUE(client.SendRaw(
-        TestClient::BuildRequest({"POST", "/v1/payment_intents", headers, "{}"})));
+    ASSERT_TRUE(
+        client.SendRaw(TestClient::BuildRequest({"POST", "/v1/payment_intents", headers, "{}"})));
     ASSERT_TRUE(upstream_.WaitForRequests(before + 1));
   }
 

@@ -93,8 +93,7 @@ TEST_F(TlsReloadTest, RenewedPairIsServedAndAMismatchedOneIsRefused) {
   Install(two_.cert, two_.key);
   Hangup("config reloaded from ", 1);
   EXPECT_EQ(ServedSerial(), serial_two);
-  EXPECT_NE(gateway_.log().find("listen.tls_cert certificate replaced (serial "),
-            std::string::npos)
+  EXPECT_NE(gateway_.log().find("listen.tls_cert certificate replaced (serial "), std::string::npos)
       << gateway_.log();
   EXPECT_EQ(Metric("idemgate_config_last_reload_successful"), 1);
   EXPECT_EQ(Scrape().find("serial=\"" + hex_one + "\""), std::string::npos) << Scrape();
