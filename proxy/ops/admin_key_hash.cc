@@ -56,7 +56,7 @@ AdminAnswer KeyHashLookup(Store* store, std::string_view key_hash, RecordJsonFn 
     const KeyHashMatch& m = matches[i];
     body += (i == 0 ? "{" : ",{");
     body += "\"scope\":\"" + Hex(m.scope, 8) + "\",\"key\":\"" + JsonEscape(m.key) +
-            "\",\"record\":" + record_json(m.record) + "}";
+            "\",\"record\":" + record_json(m) + "}";
   }
   return {200, "OK", body + "]}"};
 }

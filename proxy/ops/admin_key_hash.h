@@ -16,7 +16,8 @@ struct AdminAnswer {
   std::string body;  // JSON
 };
 
-using RecordJsonFn = std::string (*)(const Record& record);
+// The JSON of one match's record, as the admin API writes records.
+using RecordJsonFn = std::string (*)(const KeyHashMatch& match);
 
 // The answer to a key_hash lookup in `store` (a scan, on the admin thread): 200 with the
 // matches, 400 for a malformed key_hash, 404 when none, 503 when the store could not be read.
