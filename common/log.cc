@@ -66,11 +66,21 @@ std::string FormatLogLine(std::chrono::system_clock::time_point when, LogLevel l
   while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) {
     message.remove_suffix(1);
   }
-  for (char c : message) {
+  // A line break and the indentation after it (libpq's "\n\tIs the server running...") become
+  // "; ", any other tab or control byte a space: one readable line, no escape sequences.
+  for (size_t i = 0; i < message.size(); ++i) {
+    const char c = message[i];
     if (c == '\n') {
-      line.append("\\n");
-    } else if (c != '\r') {
-      line.push_back(c);
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      line.append("; ");
+      while (i + 1 < message.size() && (message[i + 1] == ' ' || message[i + 1] == '\t' ||
+                                        message[i + 1] == '\r' || message[i + 1] == '\n')) {
+        ++i;
+      }
+    } else if (c == '\r') {
+      continue;
+    } else {
+      line.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c);
     }
   }
   line.push_back('\n');

@@ -1,8 +1,8 @@
 // The gateway's own log: one line per event on stderr,
 //   2026-11-30T16:33:46.123Z ERROR store: <message>
 // an RFC 3339 UTC timestamp (milliseconds), a level and a subsystem tag ("main", "store",
-// "exchange", "admin", "access_log", "worker", "reload", ...). A message's own line breaks are
-// written as "\n" so that it stays one line. Thread-safe: each line is one write(2).
+// "exchange", "admin", "access_log", "worker", "reload", ...). A message's line breaks become
+// "; " (other control bytes a space): one line, no escapes. Thread-safe: one write(2) per line.
 // Lines that can repeat at the rate of requests go through IDEMGATE_LOG_LIMITED: at most
 // kLogBurst lines per second from one call site, then one "suppressed K similar lines" line.
 #pragma once

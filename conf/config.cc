@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -150,10 +152,21 @@ void ReadUpstreamGroups(const Context& ctx, Config* config) {
   }
 }
 
-// Each section in turn: unknown keys first, then every key of the table in order.
-Config BuildConfig(const Context& ctx) {
+// Runs `step`; a ConfigError it throws is added to *errors, and the reading goes on.
+template <typename Step>
+void Collect(std::vector<std::string>* errors, Step&& step) {
+  try {
+    step();
+  } catch (const ConfigError& e) {
+    errors->push_back(e.what());
+  }
+}
+
+// Each section in turn: unknown keys first, then every key of the table in order. Every
+// problem is added to *errors.
+Config BuildConfig(const Context& ctx, std::vector<std::string>* errors) {
   const std::vector<std::string_view> sections = conf::ConfigSections();
-  CheckSections(ctx, sections);
+  Collect(errors, [&] { CheckSections(ctx, sections); });
   Config config;
   std::map<std::string_view, SectionReader> readers;
   for (std::string_view section : sections) {
@@ -167,14 +180,21 @@ Config BuildConfig(const Context& ctx) {
         names.push_back(sub.substr(section.size() + 1));
       }
     }
-    const SectionReader& r = readers.emplace(section, ctx.Section(section, names)).first->second;
+    const toml::node* node = ctx.root->at_path(section).node();
+    const SectionReader& r =
+        readers
+            .emplace(section, SectionReader(node == nullptr ? nullptr : node->as_table(),
+                                            std::string(section), ctx.file, names))
+            .first->second;
+    Collect(errors, [&] { r.RejectUnknownKeys(); });
     for (const conf::KeySpec& key : conf::ConfigKeys()) {
-      if (key.section == section) conf::ReadKey(key, ctx, r, &config);
+      if (key.section == section) Collect(errors, [&] { conf::ReadKey(key, ctx, r, &config); });
     }
   }
-  ReadUpstreamGroups(ctx, &config);
-  CheckAcrossKeys(ctx, readers, config);
-  conf::ReadRoutes(ctx, &config);
+  Collect(errors, [&] { ReadUpstreamGroups(ctx, &config); });
+  // Across keys only over values that all read: a key left at its default would be misjudged.
+  if (errors->empty()) Collect(errors, [&] { CheckAcrossKeys(ctx, readers, config); });
+  Collect(errors, [&] { conf::ReadRoutes(ctx, &config); });
   return config;
 }
 
@@ -182,6 +202,18 @@ std::string SyntaxError(const std::string& file, const toml::parse_error& e) {
   const auto& begin = e.source().begin;
   return file + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column) +
          ": TOML syntax error: " + std::string(e.description());
+}
+
+// The problems in the file's order ("FILE:LINE: ..."; one without a line goes last).
+void SortByLine(const std::string& file, std::vector<std::string>* errors) {
+  auto line = [&file](const std::string& e) {
+    if (e.compare(0, file.size() + 1, file + ":") != 0) return std::numeric_limits<long>::max();
+    char* end = nullptr;
+    long n = std::strtol(e.c_str() + file.size() + 1, &end, 10);
+    return end != nullptr && *end == ':' ? n : std::numeric_limits<long>::max();
+  };
+  std::stable_sort(errors->begin(), errors->end(),
+                   [&](const std::string& a, const std::string& b) { return line(a) < line(b); });
 }
 
 }  // namespace
@@ -200,10 +232,20 @@ ConfigResult ParseConfig(std::string_view toml_text, const std::string& filename
       root = toml::parse(toml_text, filename);
     } catch (const toml::parse_error& e) {
       result.error = SyntaxError(filename, e);
+      result.errors.push_back(result.error);
       return result;
     }
     Context ctx{filename, std::filesystem::path(filename).parent_path(), &root};
-    result.config = std::make_shared<const Config>(BuildConfig(ctx));
+    Config config = BuildConfig(ctx, &result.errors);
+    if (result.errors.empty()) {
+      result.config = std::make_shared<const Config>(std::move(config));
+    } else {
+      SortByLine(filename, &result.errors);
+      for (const std::string& e : result.errors) {
+        result.error += (result.error.empty() ? "" : "\n") + e;
+      }
+    }
+    return result;
   } catch (const ConfigError& e) {
     result.error = e.what();
   } catch (const std::exception& e) {
@@ -211,6 +253,7 @@ ConfigResult ParseConfig(std::string_view toml_text, const std::string& filename
   } catch (...) {
     result.error = filename + ": unexpected error while reading the configuration";
   }
+  if (!result.ok() && result.errors.empty()) result.errors.push_back(result.error);
   return result;
 }
 
@@ -221,12 +264,14 @@ ConfigResult LoadConfig(const std::string& path) {
     std::string why;
     if (!conf::ReadWholeFile(path, &text, &why)) {
       result.error = path + ": cannot read the configuration file: " + why;
+      result.errors.push_back(result.error);
       return result;
     }
     return ParseConfig(text, path);
   } catch (...) {
     result.error = path + ": cannot read the configuration file";
   }
+  if (!result.ok() && result.errors.empty()) result.errors.push_back(result.error);
   return result;
 }
 

@@ -148,6 +148,10 @@ struct Route {
 struct ConfigResult {
   std::shared_ptr<const Config> config;  // set on success
   std::string error;  // on failure: "FILE:LINE: key 'section.key': what is wrong"
+  // On failure: every problem found in one reading (error is their lines joined by '\n'). A key
+  // that fails keeps its default while the rest is read; the checks across keys run only when
+  // every key read.
+  std::vector<std::string> errors;
   bool ok() const { return config != nullptr; }
 };
 

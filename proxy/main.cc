@@ -75,8 +75,8 @@ int ParseArgs(int argc, char** argv, Args* args) {
 
 // The host checks (proxy/preflight.h), for --check-config and before start: each of these
 // would stop the start later with a less direct message.
-bool RunPreflight(const Config& config, const std::string& config_path) {
-  std::vector<PreflightProblem> problems = Preflight(config);
+bool RunPreflight(const Config& config, const std::string& config_path, bool check_only) {
+  std::vector<PreflightProblem> problems = Preflight(config, /*probe_bound=*/check_only);
   for (const PreflightProblem& p : problems) {
     LogF(LogLevel::kError, "config", "%s: %s", config_path.c_str(), p.message.c_str());
   }
@@ -121,12 +121,16 @@ int Main(int argc, char** argv) {
   umask(077);
   ConfigResult loaded = LoadConfig(args.config_path);
   if (!loaded.ok()) {
-    Log(LogLevel::kError, "config", loaded.error);
+    for (const std::string& e : loaded.errors) Log(LogLevel::kError, "config", e);
+    if (loaded.errors.size() > 1) {
+      LogF(LogLevel::kError, "config", "%s: %zu problems", args.config_path.c_str(),
+           loaded.errors.size());
+    }
     return 1;
   }
   // A restore needs only store.path: an upstream that does not resolve right now must not stop it.
   if (!args.restore_from.empty()) return Restore(*loaded.config, args.restore_from);
-  if (!RunPreflight(*loaded.config, args.config_path)) return 1;
+  if (!RunPreflight(*loaded.config, args.config_path, args.check_only)) return 1;
   if (args.check_only) {
     printf("%s: configuration OK\n", args.config_path.c_str());
     return 0;
@@ -140,6 +144,9 @@ int Main(int argc, char** argv) {
   std::string error;
   if (!server.Open(&error)) {
     Log(LogLevel::kError, "main", error);
+    // Unblocked before ~Server joins the threads Open started: should any of them wait, a
+    // SIGTERM still ends the process instead of staying pending for ever.
+    SetStopSignalsBlocked(false);
     return 1;
   }
   server.Run();

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "proxy/net/event_util.h"
 #include "proxy/ops/build_info.h"
+#include "proxy/ops/certificates.h"
 #include "proxy/ops/ops_metrics.h"
 #include "proxy/ops/preflight.h"
 #include "proxy/ops/store_signature.h"
@@ -24,6 +25,14 @@
 #include "store/store_factory.h"
 
 namespace idemgate {
+namespace {
+
+// With the default limits.max_connections, an open-file limit of at least this is not warned
+// about (about 2000 client connections, each with an upstream one).
+constexpr rlim_t kQuietOpenFileLimit = 4096;
+
+}  // namespace
+
 
 void SetStopSignalsBlocked(bool blocked) {
   sigset_t set;
@@ -112,8 +121,10 @@ bool Server::OpenObservability(const Config& config, std::string* error) {
   Store* store = store_.get();
   metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
   reload_stats_.ConfigLoaded(config_path_);
-  metrics_->SetExtraSource(
-      [stats = &reload_stats_] { return RenderProcessMetrics() + stats->Render(); });
+  metrics_->SetExtraSource([this] {
+    return RenderProcessMetrics() + reload_stats_.Render() + server_certs_.RenderMetrics() +
+           RenderCaExpiryMetrics(*gateway_.Snapshot());
+  });
   gateway_.metrics = metrics_.get();
   if (config.log.access != "off") {
     access_log_ = AccessLog::Open(config.log.access, error);
@@ -129,6 +140,11 @@ bool Server::OpenTls(const Config& config, std::string* error) {
   if (!config.listen.tls_cert.empty()) {
     server_tls_ = MakeServerTlsContext(config.listen.tls_cert, config.listen.tls_key, error);
     if (!server_tls_) return false;
+    // Each handshake takes the current pair from server_certs_ (replaced on SIGHUP).
+    if (!server_certs_.Install(server_tls_.get(), config.listen.tls_cert, config.listen.tls_key,
+                               error)) {
+      return false;
+    }
     gateway_.server_tls = server_tls_.get();
   }
   if (config.upstream.tls) {
@@ -190,6 +206,11 @@ void Server::CheckOpenFileLimit(const Config& config) {
   raised.rlim_cur = std::min(wanted, limit.rlim_max);
   if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   if (limit.rlim_cur >= wanted) return;
+  // The default max_connections (10000) is a ceiling, not a sizing: on a machine whose limit
+  // leaves room for a few thousand connections, the default config starts quietly.
+  static const Config kDefaults;
+  const bool default_ceiling = config.limits.max_connections == kDefaults.limits.max_connections;
+  if (default_ceiling && limit.rlim_cur >= kQuietOpenFileLimit) return;
   LogF(LogLevel::kWarn, "main",
        "the open-file limit (%llu) is below what limits.max_connections (%lld) may need (%llu: "
        "a client and an upstream connection each, and 256 for the store); past it new "
@@ -210,17 +231,45 @@ void Server::Reload() {
   ConfigResult loaded = LoadConfig(config_path_);
   if (!loaded.ok()) {
     reload_stats_.ReloadFailed();  // counted before the line: a reader of the line sees it
-    LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
-         loaded.error.c_str());
+    for (const std::string& e : loaded.errors) {
+      LogF(LogLevel::kError, "reload", "reload failed, keeping the running config: %s",
+           e.c_str());
+    }
     return;
   }
   ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
+  // The listener's certificate and key, read again from the same files and verified first: a
+  // pair that fails refuses the whole reload (nothing changes, the running pair serves on).
+  std::string cert_change;
+  if (server_tls_) {
+    std::string detail;
+    ServerCertificates::Outcome outcome = server_certs_.Reload(&detail);
+    if (outcome == ServerCertificates::Outcome::kRefused) {
+      reload_stats_.ReloadFailed();
+      LogF(LogLevel::kError, "reload",
+           "reload failed, keeping the running config and certificate: listen.tls_cert/"
+           "listen.tls_key: %s",
+           detail.c_str());
+      return;
+    }
+    if (outcome == ServerCertificates::Outcome::kReplaced) {
+      cert_change = "listen.tls_cert certificate replaced (" + detail + ")";
+    }
+  }
   for (const std::string& key : plan.ignored) {
     LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
   }
   gateway_.SetConfig(plan.config);
   reload_stats_.ReloadSucceeded(config_path_);
-  LogF(LogLevel::kInfo, "reload", "config reloaded from %s", config_path_.c_str());
+  LogReloaded(plan, cert_change);
+}
+
+void Server::LogReloaded(const ReloadPlan& plan, const std::string& cert_change) const {
+  std::string changed;
+  for (const std::string& key : plan.changed) changed += (changed.empty() ? "" : ", ") + key;
+  if (!cert_change.empty()) changed += (changed.empty() ? "" : "; ") + cert_change;
+  LogF(LogLevel::kInfo, "reload", "config reloaded from %s: %s%s", config_path_.c_str(),
+       changed.empty() ? "nothing changed" : "changed ", changed.c_str());
 }
 
 void Server::OnStop(evutil_socket_t, short, void* arg) {

@@ -17,6 +17,7 @@
 #include "proxy/net/tls.h"
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/admin.h"
+#include "proxy/ops/certificates.h"
 #include "proxy/ops/gateway.h"
 #include "proxy/ops/metrics.h"
 #include "proxy/ops/ops_metrics.h"
@@ -73,13 +74,16 @@ class Server {
   static void OnHangup(evutil_socket_t, short, void* arg);
 
   void Reload();
+  // One line per reload naming what it changed.
+  void LogReloaded(const ReloadPlan& plan, const std::string& cert_change) const;
 
   static void OnStop(evutil_socket_t, short, void* arg);
 
   std::string config_path_;
   const bool accept_new_signature_;
   SystemClock clock_;
-  SslCtxPtr server_tls_;  // before gateway_ and the workers: destroyed after them
+  SslCtxPtr server_tls_;             // before gateway_ and the workers: destroyed after them
+  ServerCertificates server_certs_;  // the pair server_tls_'s handshakes use
   SslCtxPtr upstream_tls_;
   std::vector<SslCtxPtr> group_tls_;  // named https groups
   Gateway gateway_;

@@ -34,6 +34,15 @@ Conn::~Conn() {
   if (pg_ != nullptr) PQfinish(pg_);
 }
 
+std::string Conn::Server() const {
+  if (pg_ == nullptr) return "?";
+  const char* host = PQhost(pg_);
+  const char* port = PQport(pg_);
+  std::string out = host != nullptr && *host != '\0' ? host : "localhost";
+  if (out.find(':') != std::string::npos) out = "[" + out + "]";
+  return out + ":" + (port != nullptr && *port != '\0' ? port : "5432");
+}
+
 void Conn::Start() {
   state_ = State::kConnecting;
   pg_ = PQconnectStart(dsn_.c_str());

@@ -73,6 +73,8 @@ class Conn {
 
   void Start();  // begins connecting; reconnects by itself after a failure, with backoff
   bool up() const { return state_ == State::kIdle || state_ == State::kBusy; }
+  // "HOST:PORT" of the server this connection reached (of a multi-host dsn, the one it chose).
+  std::string Server() const;
   bool idle() const { return state_ == State::kIdle; }
   void Send(std::unique_ptr<Op> op);                       // only when idle()
   std::unique_ptr<Op> TakeOp() { return std::move(op_); }  // at shutdown

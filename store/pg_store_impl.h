@@ -160,8 +160,18 @@ class PgStore final : public Store, public pg::ConnListener {
   }
 
   // ConnListener, on the store's thread.
-  void OnUp(pg::Conn*) override {
-    if (up_++ == 0) Log(LogLevel::kInfo, "store", "connected to PostgreSQL");
+  void OnUp(pg::Conn* conn) override {
+    // The server is named on the first connection, and whenever one comes up on another server
+    // than the last (after a failover, a multi-host dsn moves to the new primary).
+    const std::string server = conn->Server();
+    const bool first = up_++ == 0;
+    if (!server_.empty() && server != server_) {
+      LogF(LogLevel::kWarn, "store", "connected to PostgreSQL at %s (was %s: a failover?)",
+           server.c_str(), server_.c_str());
+    } else if (first) {
+      LogF(LogLevel::kInfo, "store", "connected to PostgreSQL at %s", server.c_str());
+    }
+    server_ = server;
     if (!announced_up_) {
       announced_up_ = true;
       first_up_.set_value();
@@ -285,6 +295,7 @@ class PgStore final : public Store, public pg::ConnListener {
   std::deque<std::unique_ptr<Op>> queue_;   // the store's thread only
   std::vector<std::unique_ptr<pg::Conn>> conns_;
   int up_ = 0;
+  std::string server_;  // "HOST:PORT" of the last connection that came up
   bool announced_up_ = false;
   std::promise<void> first_up_;
   bool pumping_ = false;

@@ -83,6 +83,12 @@ class RocksStore final : public Store {
     if (!db_) return {StoreCode::kShutdown, "the store is closed"};
     return WriteRocksCheckpoint(db_.get(), path_, dir);
   }
+  StoreStatus FindByKeyHash(std::string_view key_hash, size_t limit,
+                            std::vector<KeyHashMatch>* out) override {
+    std::shared_lock lock(db_mu_);  // a recovery does not swap the database under the scan
+    if (!db_) return {StoreCode::kShutdown, "the store is closed"};
+    return ScanRocksKeyHash(db_.get(), clock_->NowMs(), key_hash, limit, out);
+  }
   void Close() override;
 
   rocksdb::DB* db() { return db_.get(); }

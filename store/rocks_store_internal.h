@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "store/rocks_store.h"
 
@@ -18,6 +20,11 @@ std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, r
 // The underlying database of a RocksStore (nullptr for another Store or once closed). For raw
 // reads/writes in tests; writes through it bypass the writer's ordering.
 rocksdb::DB* RocksStoreDb(Store* store);
+
+// Store::FindByKeyHash over `db`: every record key whose SHA-256 starts with the 8 bytes that
+// `key_hash` (16 hex digits) names; live records only (`now_ms`).
+StoreStatus ScanRocksKeyHash(rocksdb::DB* db, TimeMs now_ms, std::string_view key_hash,
+                             size_t limit, std::vector<KeyHashMatch>* out);
 
 // Compacts the whole key range (runs the TTL compaction filter over every record).
 rocksdb::Status CompactRocksStore(Store* store);

@@ -93,6 +93,13 @@ using ClaimCallback = std::function<void(ClaimResult)>;
 using StatusCallback = std::function<void(StoreStatus)>;
 using LookupCallback = std::function<void(LookupResult)>;
 
+// A record found by its key_hash (Store::FindByKeyHash), with the scope and key it is under.
+struct KeyHashMatch {
+  ScopeId scope{};
+  std::string key;
+  Record record;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -149,6 +156,15 @@ class Store {
     return {StoreCode::kIoError,
             "this store backend makes no checkpoints: back up a PostgreSQL store with pg_dump "
             "or continuous archiving (PITR)"};
+  }
+
+  // Support's lookup by the access log's key_hash (16 hex digits of SHA-256(scope id || key)):
+  // up to `limit` live records whose scope and key hash to it, into *out. A scan of every
+  // record (seconds per million): for the admin thread only, never an event loop.
+  virtual StoreStatus FindByKeyHash(std::string_view key_hash, size_t limit,
+                                    std::vector<KeyHashMatch>* out) {
+    (void)key_hash, (void)limit, (void)out;
+    return {StoreCode::kIoError, "this store backend has no lookup by key_hash"};
   }
 
   // True when other processes change these records too (a shared database): a record this

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "conf/config.h"
+#include "proxy/exchange/answer_estimate.h"
 #include "proxy/exchange/replay_cache.h"
 #include "proxy/exchange/report.h"
 #include "proxy/exchange/wait_registry.h"
@@ -297,6 +298,9 @@ void Exchange::OnUpstream(UpstreamResult result) {
   if (result.error == UpstreamError::kNone) upstream_status_ = result.response.status;
   if (result.error != UpstreamError::kNone) error_detail_ = result.detail;
   bool guarded = OwnsClaim();
+  if (guarded && result.error == UpstreamError::kNone) {
+    RecordGuardedUpstreamTime(config_, upstream_us_);  // for a retry's Retry-After
+  }
   StoredResponse response;
   switch (result.error) {
     case UpstreamError::kNone:

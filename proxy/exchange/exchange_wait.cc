@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "conf/config.h"
+#include "proxy/exchange/answer_estimate.h"
 #include "proxy/exchange/exchange.h"
 #include "proxy/exchange/wait_registry.h"
 #include "store/claim_rules.h"
@@ -88,6 +89,10 @@ void Exchange::PlanWait() {
 // or 409 (§5).
 void Exchange::OnInFlight(int64_t retry_after_s, TimeMs lease_until_ms) {
   outcome_ = Outcome::kInFlight;
+  // Retry-After: when the first attempt's answer is likely there, within the lease left.
+  const int64_t ran_ms =
+      env_->clock().NowMs() - (lease_until_ms - config_->idempotency.lease_ms);
+  retry_after_s = EstimateRetryAfterSeconds(config_, ran_ms, retry_after_s);
   last_retry_after_s_ = retry_after_s;
   PlanWait();
   const int64_t now = env_->MonoUs();

@@ -83,6 +83,10 @@ class CachingStore : public Store {
   }
   uint64_t ApproximateRecords() override { return inner_->ApproximateRecords(); }
   StoreStatus Checkpoint(const std::string& dir) override { return inner_->Checkpoint(dir); }
+  StoreStatus FindByKeyHash(std::string_view key_hash, size_t limit,
+                            std::vector<KeyHashMatch>* out) override {
+    return inner_->FindByKeyHash(key_hash, limit, out);
+  }
   void Close() override { inner_->Close(); }
 
  private:

@@ -26,6 +26,7 @@
 #include "common/thread_name.h"
 #include "proxy/net/tls.h"
 #include "proxy/ops/access_log.h"
+#include "proxy/ops/admin_key_hash.h"
 #include "proxy/ops/metrics.h"
 #include "proxy/policy/digest.h"
 #include "proxy/policy/errors.h"
@@ -203,8 +204,11 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
     *error = "cannot create the admin listener";
     return false;
   }
-  evhttp_set_allowed_methods(
-      http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE | EVHTTP_REQ_POST);
+  // Every method evhttp knows reaches Handle, which answers a wrong one with a JSON 405 (a
+  // method left out here would get evhttp's own 501 HTML page).
+  evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_DELETE |
+                                        EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_PATCH |
+                                        EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
   evhttp_set_max_headers_size(http_, 16 << 10);
   evhttp_set_max_body_size(http_, 0);
   evhttp_set_timeout(http_, kAdminTimeoutS);
@@ -230,7 +234,10 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
 
 void AdminServer::Stop() {
   if (thread_.joinable()) {
-    event_base_loopbreak(base_.get());  // thread-safe: evthread_use_pthreads() ran first
+    // loopexit, not loopbreak: a break asked for before the thread has entered its loop is
+    // cleared when the loop starts (a start-up that failed just after Start() then waited in
+    // join() for ever); loopexit queues an event that the loop runs whenever it starts.
+    event_base_loopexit(base_.get(), nullptr);  // thread-safe: evthread_use_pthreads() ran first
     thread_.join();
   }
   // A backup still being written is finished (the store must outlive it); nobody hears of it.
@@ -409,6 +416,17 @@ void AdminServer::HandleRecords(evhttp_request* req) {
                       "Use GET or DELETE on /records.");
   }
   Query query(req);
+  if (const char* key_hash = query.ok() ? query.Get("key_hash") : nullptr) {
+    if (method == EVHTTP_REQ_DELETE) {
+      return ReplyError(req, 400, "Bad Request", "bad_request",
+                        "A delete names its record by key= and X-Idemgate-Credential; key_hash= "
+                        "is for lookups.");
+    }
+    AdminAnswer answer = KeyHashLookup(gateway_->store, key_hash, [](const KeyHashMatch& m) {
+      return RecordJson(m.record, RecordIdHex(m.scope, m.key));
+    });
+    return ReplyJson(req, answer.code, answer.reason, answer.body);
+  }
   // The credential comes from a header only: a query string would turn a base64 '+' into a
   // space (form decoding) and so name another scope, and it would land in URL logs.
   const char* credential =
@@ -429,7 +447,8 @@ void AdminServer::HandleRecords(evhttp_request* req) {
   if (!query.ok() || credential == nullptr || *credential == '\0' || raw_key == nullptr) {
     return ReplyError(req, 400, "Bad Request", "bad_request",
                       "Give key=<Idempotency-Key value> and the caller's credential header value "
-                      "in the X-Idemgate-Credential header.");
+                      "in the X-Idemgate-Credential header, or key_hash=<an access-log line's "
+                      "key_hash>.");
   }
   if (force != nullptr && std::strcmp(force, "true") != 0 && std::strcmp(force, "false") != 0) {
     return ReplyError(req, 400, "Bad Request", "bad_request", "force= must be true or false.");

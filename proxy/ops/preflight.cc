@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "proxy/net/tls.h"
+#include "proxy/ops/preflight_addresses.h"
 
 namespace idemgate {
 namespace {
@@ -123,7 +124,7 @@ void CheckTls(const Config& config, std::vector<PreflightProblem>* out) {
 
 }  // namespace
 
-std::vector<PreflightProblem> Preflight(const Config& config) {
+std::vector<PreflightProblem> Preflight(const Config& config, bool probe_bound) {
   std::vector<PreflightProblem> out;
   CheckGroups(config, &out);
   CheckHost("listen.address", config.listen.addr.host, &out);
@@ -131,6 +132,7 @@ std::vector<PreflightProblem> Preflight(const Config& config) {
   CheckStore(config, &out);
   CheckAccessLog(config, &out);
   CheckTls(config, &out);
+  CheckListenAddresses(config, probe_bound, &out);
   return out;
 }
 

@@ -16,7 +16,9 @@ struct PreflightProblem {
   std::string message;  // "key 'store.path': ..." in the parser's style
 };
 
-std::vector<PreflightProblem> Preflight(const Config& config);
+// `probe_bound` (--check-config): also test-binds listen.address and admin.address (at start the
+// listeners' own binds say so, after the check that no other gateway holds listen.address).
+std::vector<PreflightProblem> Preflight(const Config& config, bool probe_bound = false);
 
 // Creates the store directory (and parents) 0700 and tightens an existing one to 0700: the
 // records are stored responses (payment data). "" or why not.

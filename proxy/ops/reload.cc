@@ -6,12 +6,26 @@
 #include "conf/config_routes.h"
 
 namespace idemgate {
+namespace {
+
+// Whether every live key has the same value in both (a route's effective config).
+bool SameLiveValues(const Config& a, const Config& b) {
+  for (const conf::KeySpec& key : conf::ConfigKeys()) {
+    if (key.reload != conf::Reload::kRestart && !conf::SameValue(key.field, a, b)) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 ReloadPlan PlanReload(const Config& running, const Config& next_in) {
   auto next = std::make_shared<Config>(next_in);
   std::vector<std::string> ignored;
+  std::vector<std::string> changed;
   for (const conf::KeySpec& key : conf::ConfigKeys()) {
-    if (key.reload != conf::Reload::kRestart || conf::SameValue(key.field, running, *next)) {
+    if (conf::SameValue(key.field, running, *next)) continue;
+    if (key.reload != conf::Reload::kRestart) {
+      changed.push_back(key.Qualified());
       continue;
     }
     ignored.push_back(key.Qualified());
@@ -35,13 +49,25 @@ ReloadPlan PlanReload(const Config& running, const Config& next_in) {
     ignored.emplace_back("routes (order, prefix, host, upstream, methods or fingerprint_headers)");
     next->routes = running.routes;
   } else {
+    if (running.routes.size() != next->routes.size()) {
+      changed.emplace_back("routes");
+    } else {
+      for (size_t i = 0; i < running.routes.size(); ++i) {
+        const Route& a = running.routes[i];
+        const Route& b = next->routes[i];
+        if (a.overridden != b.overridden || a.no_store_statuses != b.no_store_statuses ||
+            !SameLiveValues(*a.effective, *b.effective)) {
+          changed.push_back(a.label);
+        }
+      }
+    }
     conf::RebuildRoutes(next.get());
     if (!conf::RoutesFitC4(*next)) {  // checked against the file's groups, not the running ones
       ignored.emplace_back("routes (a lease would not cover its running group's timeouts)");
       next->routes = running.routes;
     }
   }
-  return ReloadPlan{std::move(next), std::move(ignored)};
+  return ReloadPlan{std::move(next), std::move(ignored), std::move(changed)};
 }
 
 }  // namespace idemgate

@@ -12,6 +12,7 @@ namespace idemgate {
 struct ReloadPlan {
   std::shared_ptr<const Config> config;  // the new config, with restart-only keys kept as running
   std::vector<std::string> ignored;      // restart-only keys whose value changed
+  std::vector<std::string> changed;      // live keys whose value changed (now applied)
 };
 
 // Each key's reload class is declared in its row of the key table (conf/config_keys.cc).

@@ -99,7 +99,7 @@ TEST_F(GatewayTest, InFlightAnswers409WithRetryAfter) {
   EXPECT_EQ(second.status, 409);
   int retry_after = std::stoi(second.Header("Retry-After").value_or("0"));
   EXPECT_GE(retry_after, 1);
-  EXPECT_LE(retry_after, 30);  // seconds left on the default 30 s lease
+  EXPECT_LE(retry_after, 30);  // no recent upstream times yet: the lease left (30 s default)
   EXPECT_NE(second.body.find("\"error\":\"idempotency_key_in_use\""), std::string::npos);
   first.join();
   EXPECT_EQ(upstream_.requests(), 1);

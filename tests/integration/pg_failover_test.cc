@@ -135,6 +135,11 @@ TEST_F(PgFailoverTest, SynchronousStandbyPromotedLosesNothing) {
   EXPECT_EQ(r.lost, 0u) << r.first_loss;
   EXPECT_EQ(r.executed_twice, 0u);  // no lease expired: no takeover was due
   std::cerr << "failover: " << r.acked << " acknowledged, " << r.lost << " lost\n";
+  // The log names the server connected to, and the move to the promoted standby.
+  const std::string log = gateways_[0]->log();
+  EXPECT_NE(log.find("INFO store: connected to PostgreSQL at "), std::string::npos) << log;
+  EXPECT_NE(log.find(" (was "), std::string::npos) << log;
+  EXPECT_NE(log.find(": a failover?)"), std::string::npos) << log;
 }
 
 TEST_F(PgFailoverTest, ControlAsynchronousStandbyWithFrozenReceiverLosesRecords) {

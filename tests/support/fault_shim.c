@@ -2,7 +2,7 @@
  *
  *   LD_PRELOAD=/path/libidemgate_fault_shim.so IDEMGATE_FAULT_FILE=/path/faults idemgate ...
  *
- * It interposes libc's fsync and fdatasync (what RocksDB calls to sync its WAL, tables, MANIFEST
+ * It interposes libc's listen, fsync and fdatasync (what RocksDB calls to sync its WAL, tables, MANIFEST
  * and directories) and the wall-clock reads (clock_gettime of CLOCK_REALTIME[_COARSE],
  * gettimeofday, time). CLOCK_MONOTONIC and every other call pass through untouched.
  *
@@ -19,6 +19,9 @@
  *   sync_match = TEXT     a sync matches when the path of its fd contains TEXT (".log" selects
  *                         RocksDB's write-ahead log); empty (default): every sync matches.
  *   clock_offset_s = S    the wall clock reads S seconds ahead (negative: behind): a clock step.
+ *   listen_fail_port = P  listen(2) on a socket bound to port P fails with EADDRINUSE (what
+ *                         losing a bind race to another process looks like at start-up); bind(2)
+ *                         itself is untouched. Default 0: none.
  *
  * The counts (sync_fail, sync_stall_count) start again from the file's values each time the
  * file changes. Every injected fault, and every change of the clock offset, is reported on
@@ -37,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -49,6 +54,7 @@ struct controls {
   long sync_stall_ms;
   long sync_stall_count;
   long clock_offset_s;
+  long listen_fail_port;
   char sync_match[MATCH_MAX];
 };
 
@@ -61,6 +67,7 @@ static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);
 static int (*real_clock_gettime)(clockid_t, struct timespec*);
 static int (*real_gettimeofday)(struct timeval*, void*);
+static int (*real_listen)(int, int);
 
 static void say(const char* text) {
   size_t n = strlen(text);
@@ -75,6 +82,7 @@ static void say(const char* text) {
 static void resolve(void) {
   if (real_clock_gettime != NULL) return;
   real_fsync = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+  real_listen = (int (*)(int, int))dlsym(RTLD_NEXT, "listen");
   real_fdatasync = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
   real_gettimeofday = (int (*)(struct timeval*, void*))dlsym(RTLD_NEXT, "gettimeofday");
   real_clock_gettime = (int (*)(clockid_t, struct timespec*))dlsym(RTLD_NEXT, "clock_gettime");
@@ -103,6 +111,7 @@ static void parse_line(char* line, struct controls* c) {
   if (strcmp(key, "sync_stall_ms") == 0) c->sync_stall_ms = n;
   if (strcmp(key, "sync_stall_count") == 0) c->sync_stall_count = n;
   if (strcmp(key, "clock_offset_s") == 0) c->clock_offset_s = n;
+  if (strcmp(key, "listen_fail_port") == 0) c->listen_fail_port = n;
 }
 
 static void read_controls(const char* path, struct controls* c) {
@@ -243,4 +252,30 @@ time_t time(time_t* out) {
   if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return (time_t)-1;
   if (out != NULL) *out = ts.tv_sec;
   return ts.tv_sec;
+}
+
+/* The port `fd` is bound to (IPv4 or IPv6), or -1. */
+static long bound_port(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, (struct sockaddr*)&ss, &len) != 0) return -1;
+  if (ss.ss_family == AF_INET) return ntohs(((struct sockaddr_in*)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6*)&ss)->sin6_port);
+  return -1;
+}
+
+int listen(int fd, int backlog) {
+  resolve();
+  pthread_mutex_lock(&mu);
+  refresh_locked();
+  long fail_port = ctl.listen_fail_port;
+  pthread_mutex_unlock(&mu);
+  if (fail_port > 0 && bound_port(fd) == fail_port) {
+    char line[96];
+    snprintf(line, sizeof(line), "idemgate-fault-shim: listen on port %ld failed\n", fail_port);
+    say(line);
+    errno = EADDRINUSE;
+    return -1;
+  }
+  return real_listen(fd, backlog);
 }

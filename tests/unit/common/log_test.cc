@@ -25,8 +25,21 @@ TEST(Log, MessageLineBreaksStayOnOneLine) {
                                    "first\nsecond\r\nthird");
   EXPECT_TRUE(std::regex_match(
       line, std::regex(
-                R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO reload: first\\nsecond\\nthird\n)")))
+                R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO reload: first; second; third\n)")))
       << line;
+}
+
+// libpq's messages put a hint on an indented second line; no "\n" or "\t" reaches the log.
+TEST(Log, IndentedContinuationBecomesOneReadableLine) {
+  std::string line =
+      FormatLogLine(std::chrono::system_clock::now(), LogLevel::kError, "store",
+                    "connection refused\n\tIs the server running?\n\ttab\there\n");
+  EXPECT_NE(line.find("store: connection refused; Is the server running?; tab here\n"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find('\t'), std::string::npos) << line;
+  EXPECT_EQ(line.find("\\n"), std::string::npos) << line;
+  EXPECT_EQ(line.find("\\t"), std::string::npos) << line;
 }
 
 TEST(LogLimiter, AllowsABurstPerIntervalThenCountsTheRest) {

@@ -1,0 +1,179 @@
+// Reloadable listener certificates (a certificate callback over a swappable pair) and the
+// certificate-expiry metric.
+#include "proxy/ops/certificates.h"
+
+#include <openssl/asn1.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <cstdio>
+#include <ctime>
+
+#include "proxy/ops/access_log.h"
+
+namespace idemgate {
+namespace {
+
+constexpr char kExpiry[] = "idemgate_tls_certificate_expiry_timestamp_seconds";
+
+// A Prometheus label value: backslash, quote and line break escaped.
+std::string LabelEscape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string SerialHex(X509* cert) {
+  BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr);
+  char* hex = bn ? BN_bn2hex(bn) : nullptr;
+  std::string out = hex ? hex : "";
+  OPENSSL_free(hex);
+  BN_free(bn);
+  return out;
+}
+
+int64_t NotAfter(X509* cert) {
+  tm when{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &when) != 1) return 0;
+  return static_cast<int64_t>(timegm(&when));
+}
+
+std::string PairFingerprint(X509* cert, EVP_PKEY* key) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  std::string out;
+  if (X509_digest(cert, EVP_sha256(), md, &len) == 1) out.assign(reinterpret_cast<char*>(md), len);
+  unsigned char* der = nullptr;
+  int n = key ? i2d_PUBKEY(key, &der) : -1;
+  if (n > 0) out.append(reinterpret_cast<char*>(der), n);
+  OPENSSL_free(der);
+  return out;
+}
+
+std::string ExpiryLine(const std::string& use, const std::string& file, X509* cert) {
+  char* subject = X509_NAME_oneline(X509_get_subject_name(cert), nullptr, 0);
+  std::string line = std::string(kExpiry) + "{use=\"" + use + "\",file=\"" + LabelEscape(file) +
+                     "\",serial=\"" + SerialHex(cert) + "\",subject=\"" +
+                     LabelEscape(subject ? subject : "") + "\"} " + std::to_string(NotAfter(cert)) +
+                     "\n";
+  OPENSSL_free(subject);
+  return line;
+}
+
+std::string Header() {
+  return std::string("# HELP ") + kExpiry +
+         " When each certificate in use stops being valid (notAfter), Unix seconds.\n# TYPE " +
+         kExpiry + " gauge\n";
+}
+
+}  // namespace
+
+bool ServerCertificates::Install(SSL_CTX* ctx, const std::string& cert_file,
+                                 const std::string& key_file, std::string* error) {
+  cert_file_ = cert_file;
+  key_file_ = key_file;
+  std::shared_ptr<const Pair> pair = Load(error);
+  if (!pair) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = std::move(pair);
+  }
+  SSL_CTX_set_cert_cb(ctx, &ServerCertificates::OnCertificate, this);
+  return true;
+}
+
+std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_;
+}
+
+std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Load(std::string* error) const {
+  auto pair = std::make_shared<Pair>();
+  pair->holder = MakeServerTlsContext(cert_file_, key_file_, error);  // loads and checks the pair
+  if (!pair->holder) {
+    if (error->find("mismatch") != std::string::npos) {  // OpenSSL: "key values mismatch"
+      *error = "the key '" + key_file_ + "' does not match the certificate '" + cert_file_ + "' (" +
+               *error + ")";
+    }
+    return nullptr;
+  }
+  X509* cert = SSL_CTX_get0_certificate(pair->holder.get());
+  EVP_PKEY* key = SSL_CTX_get0_privatekey(pair->holder.get());
+  if (cert == nullptr || key == nullptr) {
+    *error = "no certificate or key in " + cert_file_ + " / " + key_file_;
+    return nullptr;
+  }
+  pair->serial = SerialHex(cert);
+  pair->not_after = NotAfter(cert);
+  pair->fingerprint = PairFingerprint(cert, key);
+  return pair;
+}
+
+// On a worker's thread, once per handshake: the current pair, with its chain, for this SSL.
+int ServerCertificates::OnCertificate(SSL* ssl, void* arg) {
+  std::shared_ptr<const Pair> pair = static_cast<ServerCertificates*>(arg)->Current();
+  SSL_CTX* holder = pair->holder.get();
+  STACK_OF(X509)* chain = nullptr;
+  SSL_CTX_get0_chain_certs(holder, &chain);
+  return SSL_use_cert_and_key(ssl, SSL_CTX_get0_certificate(holder),
+                              SSL_CTX_get0_privatekey(holder), chain, 1) == 1
+             ? 1
+             : 0;
+}
+
+ServerCertificates::Outcome ServerCertificates::Reload(std::string* detail) {
+  std::string error;
+  std::shared_ptr<const Pair> next = Load(&error);
+  if (!next) {
+    *detail = error;
+    return Outcome::kRefused;
+  }
+  std::shared_ptr<const Pair> old = Current();
+  if (old && old->fingerprint == next->fingerprint) return Outcome::kUnchanged;
+  *detail = "serial " + (old ? old->serial : std::string("none")) + " -> " + next->serial +
+            ", expires " + FormatRfc3339(next->not_after * 1000, false);
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = std::move(next);  // handshakes in progress keep the pair they took
+  return Outcome::kReplaced;
+}
+
+std::string ServerCertificates::RenderMetrics() const {
+  std::shared_ptr<const Pair> pair = Current();
+  if (!pair) return "";
+  return Header() +
+         ExpiryLine("listener", cert_file_, SSL_CTX_get0_certificate(pair->holder.get()));
+}
+
+std::string RenderCaExpiryMetrics(const Config& config) {
+  std::vector<std::pair<std::string, std::string>> files;  // (use, path)
+  if (config.upstream.tls && !config.upstream.ca_file.empty()) {
+    files.emplace_back("upstream_ca", config.upstream.ca_file);
+  }
+  for (const auto& [name, group] : config.upstream_groups) {
+    if (group.tls && !group.ca_file.empty()) files.emplace_back("upstream_ca", group.ca_file);
+  }
+  std::string out;
+  for (const auto& [use, path] : files) {
+    FILE* f = fopen(path.c_str(), "r");
+    if (f == nullptr) continue;
+    while (X509* cert = PEM_read_X509(f, nullptr, nullptr, nullptr)) {
+      out += ExpiryLine(use, path, cert);
+      X509_free(cert);
+    }
+    ERR_clear_error();  // the end of the file is reported as an error
+    fclose(f);
+  }
+  return out;
+}
+
+}  // namespace idemgate
