@@ -357,6 +357,25 @@ Fingerprint ComputeFingerprint(const Request& request,
   return out;
 }
 
+// E3: the stored fingerprint is HMAC-SHA-256(K, F1 digest), K = HMAC-SHA-256(scope.secret,
+// "idemgate fingerprint key v1") (kept per thread for the last secret seen).
+static void KeyFingerprint(std::string_view secret, GuardDecision* d) {
+  struct KeyMemo {
+    std::string secret;
+    std::array<uint8_t, 32> key{};
+  };
+  thread_local KeyMemo memo;
+  if (memo.secret.empty() || memo.secret != secret) {
+    HmacSha256(secret, "idemgate fingerprint key v1", memo.key.data());
+    memo.secret.assign(secret);
+  }
+  d->legacy_fingerprint = d->fingerprint;
+  HmacSha256(
+      std::string_view(reinterpret_cast<const char*>(memo.key.data()), memo.key.size()),
+      std::string_view(reinterpret_cast<const char*>(d->fingerprint.data()), d->fingerprint.size()),
+      d->fingerprint.data());
+}
+
 std::string FingerprintPrefix(const Fingerprint& fingerprint) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -425,7 +444,13 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   d.kind = GuardKind::kGuarded;
   d.scope = ComputeScopeId(scope_header, *credential, config.scope.secret);
   d.fingerprint = ComputeFingerprint(request, config.idempotency.fingerprint_headers);
+  if (config.store.encryption.enabled) KeyFingerprint(config.scope.secret, &d);
   return d;
+}
+
+const Fingerprint& FingerprintAsStored(const GuardDecision& d, const Fingerprint& stored) {
+  return d.legacy_fingerprint && stored == *d.legacy_fingerprint ? *d.legacy_fingerprint
+                                                                 : d.fingerprint;
 }
 
 }  // namespace idemgate

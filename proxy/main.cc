@@ -125,6 +125,7 @@ class Server {
     hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
       metrics->ObserveBatchSize(ops);
     };
+    hooks.sealed = &sealed_;
     store_ = OpenStore(config, hooks, error);
     if (!store_) {
       if (embedded) *error = ExplainStoreOpenError(config.store.path, *error);
@@ -190,8 +191,8 @@ class Server {
     Store* store = store_.get();
     metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
     reload_stats_.ConfigLoaded(config_path_);
-    metrics_->SetExtraSource([stats = &reload_stats_] {
-      return RenderProcessMetrics() + stats->Render();
+    metrics_->SetExtraSource([stats = &reload_stats_, sealed = sealed_] {
+      return RenderProcessMetrics() + stats->Render() + sealed->RenderMetrics();
     });
     gateway_.metrics = metrics_.get();
     if (config.log.access != "off") {
@@ -300,6 +301,14 @@ class Server {
       return;
     }
     ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
+    std::string key_error;  // the key files are read again, changed or not (SPEC §13 E1)
+    if (plan.config->store.encryption.enabled &&
+        !ReloadStoreKeys(sealed_, *plan.config, &key_error)) {
+      reload_stats_.ReloadFailed();
+      LogF(LogLevel::kError, "reload", "reload failed, keeping the running config and keys: %s",
+           key_error.c_str());
+      return;
+    }
     for (const std::string& key : plan.ignored) {
       LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
     }
@@ -324,6 +333,7 @@ class Server {
   ReloadStats reload_stats_;           // before metrics_: its source reads it
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
+  SealedStore* sealed_ = nullptr;  // store_ itself: it seals and opens (store/sealed_store.h)
   std::unique_ptr<Store> caching_store_;  // over store_: a delete evicts from replay_cache_
   ReplayCache replay_cache_{kReplayCacheBytes};
   UnsentBudget unsent_;  // outlives the workers: their buffers hold its charges
@@ -389,6 +399,13 @@ int Main(int argc, char** argv) {
   if (!args.restore_from.empty()) return Restore(*loaded.config, args.restore_from);
   if (!RunPreflight(*loaded.config, args.config_path)) return 1;
   if (args.check_only) {
+    std::vector<std::string> key_lines;
+    std::string key_error;
+    if (!CheckStoreKeys(*loaded.config, &key_lines, &key_error)) {
+      LogF(LogLevel::kError, "config", "%s: %s", args.config_path.c_str(), key_error.c_str());
+      return 1;
+    }
+    for (const std::string& line : key_lines) printf("%s\n", line.c_str());
     printf("%s: configuration OK\n", args.config_path.c_str());
     return 0;
   }
