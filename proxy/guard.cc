@@ -2,6 +2,7 @@
 #include "proxy/guard.h"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
@@ -358,22 +359,37 @@ Fingerprint ComputeFingerprint(const Request& request,
 }
 
 // E3: the stored fingerprint is HMAC-SHA-256(K, F1 digest), K = HMAC-SHA-256(scope.secret,
-// "idemgate fingerprint key v1") (kept per thread for the last secret seen).
+// "idemgate fingerprint key v1"). Per thread, a MAC context keyed with K for the last secret
+// seen: each request then re-initialises it with the same key (no digest fetch, no key setup).
 static void KeyFingerprint(std::string_view secret, GuardDecision* d) {
-  struct KeyMemo {
+  struct KeyedMac {
     std::string secret;
-    std::array<uint8_t, 32> key{};
+    std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx{nullptr, &EVP_MAC_CTX_free};
   };
-  thread_local KeyMemo memo;
-  if (memo.secret.empty() || memo.secret != secret) {
-    HmacSha256(secret, "idemgate fingerprint key v1", memo.key.data());
-    memo.secret.assign(secret);
-  }
+  thread_local KeyedMac mac;
   d->legacy_fingerprint = d->fingerprint;
-  HmacSha256(
-      std::string_view(reinterpret_cast<const char*>(memo.key.data()), memo.key.size()),
-      std::string_view(reinterpret_cast<const char*>(d->fingerprint.data()), d->fingerprint.size()),
-      d->fingerprint.data());
+  if (!mac.ctx || mac.secret != secret) {
+    std::array<uint8_t, 32> key{};
+    HmacSha256(secret, "idemgate fingerprint key v1", key.data());
+    mac.ctx.reset(EVP_MAC_CTX_new(Hmac()));
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                           OSSL_PARAM_construct_end()};
+    if (!mac.ctx || EVP_MAC_init(mac.ctx.get(), key.data(), key.size(), params) != 1) {
+      mac.ctx.reset();
+    }
+    OPENSSL_cleanse(key.data(), key.size());
+    mac.secret.assign(secret);
+  }
+  size_t len = 0;
+  // A failure leaves a fingerprint of zeros: no request matches it, so a retry gets 422, never
+  // another request's answer.
+  d->fingerprint.fill(0);
+  if (mac.ctx && EVP_MAC_init(mac.ctx.get(), nullptr, 0, nullptr) == 1 &&
+      EVP_MAC_update(mac.ctx.get(), d->legacy_fingerprint->data(),
+                     d->legacy_fingerprint->size()) == 1) {
+    EVP_MAC_final(mac.ctx.get(), d->fingerprint.data(), &len, d->fingerprint.size());
+  }
 }
 
 std::string FingerprintPrefix(const Fingerprint& fingerprint) {

@@ -36,10 +36,22 @@ constexpr std::string_view kKeyInfo = "idemgate seal key v1";
 
 using Key32 = std::array<uint8_t, kSealKeyBytes>;
 
-// One MAC context per thread, re-keyed by each EVP_MAC_init.
-EVP_MAC_CTX* ThreadMacCtx() {
+// One HMAC-SHA-256 context per thread, its digest set once, re-keyed by each EVP_MAC_init.
+EVP_MAC_CTX* NewHmacSha256() {
   static EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  thread_local std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(mac),
+  EVP_MAC_CTX* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_end()};
+  if (ctx != nullptr && EVP_MAC_CTX_set_params(ctx, params) != 1) {
+    EVP_MAC_CTX_free(ctx);
+    ctx = nullptr;
+  }
+  return ctx;
+}
+
+EVP_MAC_CTX* ThreadMacCtx() {
+  thread_local std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(NewHmacSha256(),
                                                                              &EVP_MAC_CTX_free);
   return ctx.get();
 }
@@ -59,10 +71,7 @@ const EVP_CIPHER* Aes256Gcm() {
 // HMAC-SHA-256(key, parts...) into *out; false when OpenSSL fails.
 bool Hmac(const uint8_t* key, std::initializer_list<std::string_view> parts, uint8_t* out) {
   EVP_MAC_CTX* ctx = ThreadMacCtx();
-  char digest[] = "SHA256";
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                         OSSL_PARAM_construct_end()};
-  if (ctx == nullptr || EVP_MAC_init(ctx, key, kSealKeyBytes, params) != 1) return false;
+  if (ctx == nullptr || EVP_MAC_init(ctx, key, kSealKeyBytes, nullptr) != 1) return false;
   for (std::string_view part : parts) {
     if (EVP_MAC_update(ctx, reinterpret_cast<const uint8_t*>(part.data()), part.size()) != 1) {
       return false;
