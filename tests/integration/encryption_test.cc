@@ -100,6 +100,9 @@ class EncryptionTest : public GatewayTest {
     HttpResponse backup = admin.Request(
         "POST", "/backup", {{"Authorization", std::string("Bearer ") + kToken}}, "", 30s);
     ASSERT_EQ(backup.status, 200) << backup.raw;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(backup.body, m, std::regex(R"re("backup":"([^"]+)")re")));
+    checkpoint_ = m[1].str();
     RestartGateway();
     admin_port_ = gateway_.WaitForPort("admin listening on ");
     ExpectTheAnswer(Post("m-5", "{}"), true);
@@ -112,6 +115,7 @@ class EncryptionTest : public GatewayTest {
   }
 
   std::string k1_, k2_;
+  std::string checkpoint_;  // the backup StoreBackupRestart wrote
 };
 
 TEST_F(EncryptionTest, TheAnswerIsInNoFileOfTheStoreNorOfABackup) {
@@ -127,6 +131,30 @@ TEST_F(EncryptionTest, TheAnswerIsInNoFileOfTheStoreNorOfABackup) {
   EXPECT_TRUE(table);
   EXPECT_EQ(Metric("idemgate_store_key_active{key=\"k1\"}"), 1);
   EXPECT_GE(Metric("idemgate_store_key_opens_total{key=\"k1\"}"), 1);
+}
+
+// A backup restored into a new store.path replays with the key listed, and without it answers
+// 503 naming it: the backup holds the sealed bytes, not the answers.
+TEST_F(EncryptionTest, ARestoredBackupReplaysWithItsKeyAndRefusesWithoutIt) {
+  Encrypt("k1", {{"k1", k1_}});
+  std::vector<std::string> store_hits, backup_hits;
+  StoreBackupRestart(&store_hits, &backup_hits);
+  gateway_.Kill(SIGKILL);
+  gateway_.Wait();
+  Set("store", "path", "\"" + dir_.Path("restored") + "\"");
+  const std::string config = dir_.WriteFile("idemgate.toml", ConfigText());
+  RunResult restore = RunGateway({"--restore", checkpoint_, "--config", config});
+  ASSERT_EQ(restore.code, 0) << restore.output;
+  StartGateway();
+  ExpectTheAnswer(Post("m-7", "{}"), true);
+  gateway_.Kill(SIGKILL);
+  gateway_.Wait();
+  Encrypt("k2", {{"k2", k2_}});
+  StartGateway();
+  HttpResponse refused = Post("m-8", "{}");
+  EXPECT_EQ(refused.status, 503) << refused.raw;
+  EXPECT_NE(refused.body.find("\\\"k1\\\""), std::string::npos) << refused.body;
+  EXPECT_EQ(upstream_.requests(), 20);
 }
 
 // The control: the same run with encryption off finds the marker in both.
