@@ -278,7 +278,7 @@ std::string SealedKeyId(const StoredResponse& response) {
 
 std::optional<StoredResponse> SealResponse(const SealKey& key, const SealIdentity& identity,
                                            const StoredResponse& plain) {
-  const std::string plaintext = EncodeResponse(plain);
+  std::string plaintext = EncodeResponse(plain);
   const std::string header = SealHeader(key.id());
   const std::string aad = Aad(header, identity);
   std::string aad_len;
@@ -292,6 +292,7 @@ std::optional<StoredResponse> SealResponse(const SealKey& key, const SealIdentit
                   HkdfExpand(key.master(), kKeyInfo, View(salt, kSaltBytes), value_key) &&
                   Gcm(true, value_key, aad, plaintext, out, tag);
   OPENSSL_cleanse(value_key, sizeof(value_key));
+  OPENSSL_cleanse(plaintext.data(), plaintext.size());
   if (!ok) return std::nullopt;
   std::memcpy(sealed.body.data() + header.size(), salt, kSaltBytes);
   std::memcpy(sealed.body.data() + header.size() + kSaltBytes, tag, kTagBytes);

@@ -223,6 +223,16 @@ TEST_F(EncryptionTest, AKeyTakenAwayAnswers503NamingItAndTheRecordReplaysOnceItI
   Reload();
   ExpectTheAnswer(Post("a", "{}"), true);
   EXPECT_EQ(upstream_.requests(), 2);
+  // A key file refused on reload (here: made readable by others) fails the whole reload; the
+  // running keys stay.
+  chmod(k1_.c_str(), 0644);
+  Reload();
+  EXPECT_NE(gateway_.log().find("keeping the running config and keys: key file \"" + k1_ +
+                                "\": mode 0644"),
+            std::string::npos)
+      << gateway_.log();
+  ExpectTheAnswer(Post("c", "{}"), false);
+  EXPECT_EQ(Metric("idemgate_store_key_seals_total{key=\"k2\"}"), 1);  // c, since the restart
 }
 
 // E3, E6: records stored before encryption was turned on replay, and a different request on
