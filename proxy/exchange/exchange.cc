@@ -9,24 +9,13 @@
 #include "common/log.h"
 #include "conf/config.h"
 #include "proxy/exchange/replay_cache.h"
+#include "proxy/exchange/report.h"
 #include "proxy/exchange/wait_registry.h"
 #include "proxy/http/request_id.h"
-#include "proxy/ops/access_log.h"
-#include "proxy/ops/metrics.h"
 #include "proxy/policy/routes.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
-
-// The Host for requests that came without one: the upstream's host, and its port unless default.
-std::string UpstreamHost(const Config::Upstream& upstream) {
-  const std::string& host = upstream.addr.host;
-  std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  if (upstream.addr.port != (upstream.tls ? 443 : 80)) {
-    out += ":" + std::to_string(upstream.addr.port);
-  }
-  return out;
-}
 
 namespace {
 // An attempt's upstream call ends this long before its lease (less when the lease leaves less
@@ -481,40 +470,34 @@ std::shared_ptr<const StoredResponse> Exchange::ShareReplay(Record record) {
 }
 
 void Exchange::RecordFinished() {
-  int64_t total_us = env_->MonoUs() - started_us_;
-  ExchangeSample sample;
-  sample.outcome = outcome_;
-  sample.error = error_;
-  sample.upstream_status = upstream_status_;
-  sample.upstream_error = upstream_error_kind_;
-  sample.total_us = total_us;
-  sample.upstream_us = upstream_us_;
   if (waited_us_ >= 0 && wait_end_ == WaitEnd::kNone) {
     wait_end_ = outcome_ == Outcome::kReplay     ? WaitEnd::kReplayed
                 : outcome_ == Outcome::kInFlight ? WaitEnd::kTimedOut
                                                  : WaitEnd::kClaimed;
   }
-  sample.wait_end = wait_end_;
-  sample.wait_us = waited_us_;
-  if (!env_->WantsAccessEntry()) return env_->RecordExchange(sample, nullptr);
-  AccessEntry entry;
-  entry.time = std::chrono::system_clock::now();
-  entry.method = request_.method;
-  entry.path = request_.Path();
-  entry.client_ip = client_ip_;
-  entry.request_id = request_id_;
-  entry.status = status_;
-  entry.outcome = OutcomeName(outcome_);
-  entry.error = error_;
-  entry.error_detail = error_detail_;
-  entry.attempt = OwnsClaim() ? token_.attempt : 0;
-  entry.total_us = total_us;
-  entry.upstream_us = upstream_us_;
-  entry.wait_us = waited_us_;
-  entry.bytes_out = bytes_out_;
-  entry.client_closed = client_closed_ || sink_ == nullptr;  // the client went first
-  if (guard_.kind == GuardKind::kGuarded) entry.key_hash = KeyHash(guard_.scope, guard_.key);
-  env_->RecordExchange(sample, &entry);
+  RequestReport report;
+  report.outcome = outcome_;
+  report.error = error_;
+  report.status = status_;
+  report.upstream_status = upstream_status_;
+  report.upstream_error = upstream_error_kind_;
+  report.total_us = env_->MonoUs() - started_us_;
+  report.upstream_us = upstream_us_;
+  report.wait_end = wait_end_;
+  report.wait_us = waited_us_;
+  report.method = request_.method;
+  report.path = request_.Path();
+  report.client_ip = client_ip_;
+  report.request_id = request_id_;
+  report.error_detail = error_detail_;
+  report.attempt = OwnsClaim() ? token_.attempt : 0;
+  report.bytes_out = bytes_out_;
+  report.client_closed = client_closed_ || sink_ == nullptr;  // the client went first
+  if (guard_.kind == GuardKind::kGuarded) {
+    report.scope = &guard_.scope;
+    report.key = guard_.key;
+  }
+  RecordReport(*env_, report);
 }
 
 }  // namespace idemgate
