@@ -12,6 +12,7 @@
 #include "proxy/exchange/report.h"
 #include "proxy/exchange/wait_registry.h"
 #include "proxy/http/request_id.h"
+#include "proxy/policy/record_id.h"
 #include "proxy/policy/routes.h"
 #include "store/claim_rules.h"
 
@@ -238,6 +239,10 @@ void Exchange::OnClaim(ClaimResult result) {
       // Answered already (a hard stop while the claim was pending): the client was told nothing
       // went upstream, so nothing may. Give the key back.
       if (answered_) return Release(ErrorCode::kStoreUnavailable);
+      // SPEC §12 A3: a backend's committed fence says the lost attempt executed: never again.
+      if (outcome_ == Outcome::kTakeover && result.fenced_attempt > 0) {
+        return RefuseTakeover(result.fenced_attempt);
+      }
       if (outcome_ == Outcome::kTakeover && !config_->idempotency.takeover) return RefuseTakeover();
       // Past the lease a retry may take over: the upstream's answer and its completion must
       // land before that, with a margin for the completion's own synced write.
@@ -283,9 +288,9 @@ void Exchange::Forward() {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));
   }
-  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_,
-                                               UpstreamHost(config_->upstream),
-                                               config_->upstream.host);
+  std::string bytes = SerializeUpstreamRequest(
+      request_, client_ip_, proto_, UpstreamHost(config_->upstream), config_->upstream.host,
+      guarded ? FenceHeaderLines(guard_.scope, guard_.key, token_.attempt) : std::string());
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
                      [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }
@@ -336,9 +341,19 @@ void Exchange::OnUpstream(UpstreamResult result) {
 // C5: with takeover off, the attempt that lost its lease is never re-run. This claim now owns the
 // key and stores the indeterminate answer (R4) in its place, so every retry replays it; a crash
 // before that store leaves the record in flight, and the next claim lands here again.
-void Exchange::RefuseTakeover() {
+// With `fenced_attempt` (SPEC §12 A3), whatever takeover says: that attempt executed (its
+// backend's fence committed) and only its answer was lost.
+void Exchange::RefuseTakeover(uint32_t fenced_attempt) {
   outcome_ = Outcome::kLostAttempt;
   error_ = ErrorCode::kUpstreamFailed;
+  if (fenced_attempt > 0) {
+    std::string n = std::to_string(fenced_attempt);
+    error_detail_ = "attempt " + n + " executed (fenced); its answer was lost";
+    return CompleteWith(MakeErrorResponse(
+        ErrorCode::kUpstreamFailed, "Attempt " + n +
+                                        " of this request executed; its answer was lost. It is "
+                                        "not executed again."));
+  }
   error_detail_ = "an earlier attempt lost its lease; takeover is off";
   CompleteWith(MakeErrorResponse(
       ErrorCode::kUpstreamFailed,

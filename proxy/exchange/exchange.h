@@ -84,7 +84,7 @@ class Exchange {
            outcome_ == Outcome::kLostAttempt;
   }
   void OnUpstream(UpstreamResult result);
-  void RefuseTakeover();
+  void RefuseTakeover(uint32_t fenced_attempt = 0);
   void CompleteWith(StoredResponse response);
   void SendComplete();
   void OnComplete(const StoreStatus& status);

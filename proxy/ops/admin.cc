@@ -30,6 +30,7 @@
 #include "proxy/policy/digest.h"
 #include "proxy/policy/errors.h"
 #include "proxy/policy/guard.h"
+#include "proxy/policy/record_id.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -107,9 +108,10 @@ class Query {
 
 std::string HexPrefix(const Fingerprint& fingerprint) { return FingerprintPrefix(fingerprint); }
 
-std::string RecordJson(const Record& record) {
+// `record_id`: what a backend sees in Idempotency-Record (SPEC §12 A1).
+std::string RecordJson(const Record& record, const std::string& record_id) {
   bool completed = record.state == RecordState::kCompleted;
-  std::string out = "{\"state\":\"";
+  std::string out = "{\"record_id\":\"" + record_id + "\",\"state\":\"";
   out += completed ? "completed" : "in_flight";
   out += "\",\"attempt\":" + std::to_string(record.attempt);
   out += ",\"created\":\"" + FormatRfc3339(record.created_ms, false) + "\"";
@@ -450,7 +452,7 @@ void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope, const 
                       "The store could not be read.");
   }
   if (found.outcome == LookupOutcome::kMiss) return ReplyNoRecord(req, scope, key);
-  ReplyJson(req, 200, "OK", RecordJson(found.record));
+  ReplyJson(req, 200, "OK", RecordJson(found.record, RecordIdHex(scope, key)));
 }
 
 void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key,
@@ -492,7 +494,7 @@ void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const 
   LogDelete(req, scope, key, state, force, "deleted");
   std::string body = "{\"deleted\":true";
   if (force) body += ",\"forced\":true";
-  if (readable) body += ",\"record\":" + RecordJson(record);
+  if (readable) body += ",\"record\":" + RecordJson(record, RecordIdHex(scope, key));
   ReplyJson(req, 200, "OK", body + "}");
 }
 
