@@ -89,6 +89,14 @@ struct Config {
       std::string dsn;       // libpq connection string; never holds the password (passfile)
       int64_t connections = 8;
     } postgres;
+    // SPEC §13: stored answers sealed with AES-256-GCM (store/sealing.h reads the key files).
+    struct Encryption {
+      std::string active;                       // the key id that seals ("" = seal nothing)
+      std::map<std::string, std::string> keys;  // key id -> key file (resolved); every one opens
+      // Derived: keys were listed at start. Restart-only: it decides whether fingerprints are
+      // keyed (E3), which must not change under live records.
+      bool enabled = false;
+    } encryption;
   } store;
 
   struct Limits {

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdlib>
+#include <map>
 #include <type_traits>
 #include <utility>
 
@@ -169,6 +172,45 @@ void CheckPostgresDsn(const Context&, const SectionReader& r, bool, Config* c) {
   }
 }
 
+// A key file's path: relative to the config's directory; "$CREDENTIALS_DIRECTORY/NAME" is read
+// from systemd's LoadCredential= directory (the variable set by systemd for the service).
+std::string ResolveKeyPath(const Context& ctx, const SectionReader& r, const std::string& path) {
+  constexpr std::string_view kCredentials = "$CREDENTIALS_DIRECTORY/";
+  if (path.rfind(kCredentials, 0) != 0) return ctx.Resolve(path);
+  const char* dir = std::getenv("CREDENTIALS_DIRECTORY");
+  if (dir == nullptr || *dir == '\0') {
+    r.Fail("keys", "\"" + path +
+                       "\" names $CREDENTIALS_DIRECTORY, which is not set (systemd sets " +
+                       "it for a unit with LoadCredential=)");
+  }
+  return std::string(dir) + "/" + path.substr(kCredentials.size());
+}
+
+// E1: key ids are short names; `active` is one of them (or "" = seal nothing). Encryption keys
+// the fingerprints with a key derived from scope.secret (E3), so it needs one.
+void CheckEncryptionKeys(const Context& ctx, const SectionReader& r, bool, Config* c) {
+  Config::Store::Encryption& e = c->store.encryption;
+  for (auto& [id, path] : e.keys) {
+    const bool valid_id =
+        !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                 ch == '.';
+        });
+    if (!valid_id) r.Fail("keys", "key id \"" + id + "\" must be 1 to 64 of [A-Za-z0-9._-]");
+    if (path.empty()) r.Fail("keys", "key \"" + id + "\" has an empty path");
+    path = ResolveKeyPath(ctx, r, path);
+  }
+  if (!e.active.empty() && e.keys.count(e.active) == 0) {
+    r.Fail("active", "\"" + e.active + "\" is not one of the ids in store.encryption.keys");
+  }
+  e.enabled = !e.keys.empty();
+  if (e.enabled && c->scope.secret.empty()) {
+    r.Fail("keys",
+           "encryption needs scope.secret_file: fingerprints are keyed with a key derived "
+           "from it, and the scope ids of an encrypted store must be keyed too");
+  }
+}
+
 void CheckAdminAddress(const Context&, const SectionReader& r, bool, Config* c) {
   if (c->admin.address.empty()) return;
   std::string why;
@@ -218,8 +260,8 @@ const KeySpec kKeys[] = {
      kDay, nullptr,
      "How long to wait for the upstream's complete response once the request is sent (at most "
      "1d)."},
-    {"upstream", "idle_timeout", Kind::kDuration, kLive, FIELD(upstream.idle_timeout_ms), 0,
-     kHour, nullptr,
+    {"upstream", "idle_timeout", Kind::kDuration, kLive, FIELD(upstream.idle_timeout_ms), 0, kHour,
+     nullptr,
      "A pooled keep-alive connection idle this long is not reused; keep it below the upstream's "
      "keep-alive timeout."},
     {"upstream", "balance", Kind::kString, kRestart, FIELD(upstream.balance), 0, 0, CheckBalance,
@@ -296,6 +338,13 @@ const KeySpec kKeys[] = {
     {"store.postgres", "connections", Kind::kInt, kRestart, FIELD(store.postgres.connections), 1,
      256, nullptr, "Connections to the database, each running one statement at a time (1 to 256)."},
 
+    {"store.encryption", "active", Kind::kString, kLive, FIELD(store.encryption.active), 0, 0,
+     nullptr,
+     "Id of the key that seals new records (\"\" = seal nothing; every listed key opens)."},
+    {"store.encryption", "keys", Kind::kStringTable, kLive, FIELD(store.encryption.keys), 0, 0,
+     CheckEncryptionKeys,
+     "Key id = file of 64 hex digits, mode 0600/0400, owned by the gateway's user ({} = off)."},
+
     {"limits", "max_request_body", Kind::kSize, kLive, FIELD(limits.max_request_body), 0, kGiB,
      nullptr,
      "Largest body of a guarded request (413 above it; at most 1GiB). Passthrough: no cap, it "
@@ -315,12 +364,12 @@ const KeySpec kKeys[] = {
      nullptr,
      "Time a keep-alive connection may sit idle between requests before it is closed (at most "
      "1d)."},
-    {"limits", "max_connections", Kind::kInt, kLive, FIELD(limits.max_connections), 1,
-     10'000'000, nullptr,
+    {"limits", "max_connections", Kind::kInt, kLive, FIELD(limits.max_connections), 1, 10'000'000,
+     nullptr,
      "Client connections open at once (per instance, all workers); past it a new one is closed at "
      "once."},
-    {"limits", "max_unsent_bytes", Kind::kSize, kLive, FIELD(limits.max_unsent_bytes), 0,
-     64 * kGiB, nullptr,
+    {"limits", "max_unsent_bytes", Kind::kSize, kLive, FIELD(limits.max_unsent_bytes), 0, 64 * kGiB,
+     nullptr,
      "Bytes of answers queued for clients that have not read them, in total; an answer past it "
      "closes its connection."},
     {"limits", "max_waiters", Kind::kInt, kLive, FIELD(limits.max_waiters), 0, 10'000'000, nullptr,
@@ -353,6 +402,7 @@ const DerivedField kDerived[] = {
     {"", FIELD(admin.addr)},
     // The file may be rewritten in place: its bytes change the scope ids as much as its path.
     {"scope.secret (file contents)", FIELD(scope.secret)},
+    {"store.encryption (turned on or off)", FIELD(store.encryption.enabled)},
 };
 #undef FIELD
 
@@ -374,6 +424,23 @@ bool ReadInt(const SectionReader& r, const KeySpec& key, FieldRef field) {
     **narrow = static_cast<int>(value);
   } else {
     *std::get<int64_t*>(field) = value;
+  }
+  return true;
+}
+
+// A table whose every value is a string ({ "a" = "x" } or a [section.key] sub-table).
+bool ReadStringTable(const SectionReader& r, std::string_view key,
+                     std::map<std::string, std::string>* out) {
+  const toml::table* table = r.Table(key);
+  if (table == nullptr) return false;
+  out->clear();
+  for (const auto& [name, node] : *table) {
+    const std::string* value = node.is_string() ? &node.as_string()->get() : nullptr;
+    if (value == nullptr) {
+      r.Fail(key, "\"" + std::string(name.str()) + "\" must be a string, not " +
+                      std::string(TypeName(node)));
+    }
+    (*out)[std::string(name.str())] = *value;
   }
   return true;
 }
@@ -424,6 +491,9 @@ void ReadKey(const KeySpec& key, const Context& ctx, const SectionReader& r, Con
     case Kind::kStrings:
       present = r.StringArray(key.name, std::get<std::vector<std::string>*>(field));
       break;
+    case Kind::kStringTable:
+      present = ReadStringTable(r, key.name, std::get<std::map<std::string, std::string>*>(field));
+      break;
   }
   if (key.check != nullptr) key.check(ctx, r, present, config);
 }
@@ -473,6 +543,13 @@ std::string FormatDefault(const KeySpec& key) {
         out += (out.size() > 1 ? ", " : "") + Quoted(s);
       }
       return out + "]";
+    }
+    case Kind::kStringTable: {
+      std::string out = "{";
+      for (const auto& [name, value] : *std::get<std::map<std::string, std::string>*>(field)) {
+        out += (out.size() > 1 ? ", " : " ") + Quoted(name) + " = " + Quoted(value);
+      }
+      return out.size() > 1 ? out + " }" : "{}";
     }
     default:
       return Quoted(*std::get<std::string*>(field));

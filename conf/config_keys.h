@@ -22,11 +22,12 @@ enum class Kind {
   kHeaderName,  // a non-empty RFC 9110 token
   kPath,        // a file path, relative to the config file, that must be readable and not empty
   kBool,
-  kInt,         // an integer in [min, max]
-  kDuration,    // "30s": at most max (milliseconds)
+  kInt,            // an integer in [min, max]
+  kDuration,       // "30s": at most max (milliseconds)
   kDurationOrOff,  // as kDuration, or "0s": off
-  kSize,        // "1MiB" or bytes: at most max
-  kStrings,     // an array of strings
+  kSize,           // "1MiB" or bytes: at most max
+  kStrings,        // an array of strings
+  kStringTable,    // a table of strings ({ id = "value" }), in name order
 };
 
 enum class Reload {
@@ -35,8 +36,9 @@ enum class Reload {
 };
 
 // A pointer to the Config field that holds a key's value (or a value derived from a key).
-using FieldRef = std::variant<std::string*, bool*, int*, int64_t*, uint64_t*,
-                              std::vector<std::string>*, HostPort*, std::vector<HostPort>*>;
+using FieldRef =
+    std::variant<std::string*, bool*, int*, int64_t*, uint64_t*, std::vector<std::string>*,
+                 HostPort*, std::vector<HostPort>*, std::map<std::string, std::string>*>;
 using FieldFn = FieldRef (*)(Config&);
 
 struct KeySpec {

@@ -185,6 +185,8 @@ std::string KindName(Kind kind) {
       return "size";
     case Kind::kStrings:
       return "array of strings";
+    case Kind::kStringTable:
+      return "table of strings";
   }
   return "value";
 }

@@ -132,6 +132,13 @@ int Main(int argc, char** argv) {
   if (!args.restore_from.empty()) return Restore(*loaded.config, args.restore_from);
   if (!RunPreflight(*loaded.config, args.config_path, args.check_only)) return 1;
   if (args.check_only) {
+    std::vector<std::string> key_lines;
+    std::string key_error;
+    if (!CheckStoreKeys(*loaded.config, &key_lines, &key_error)) {
+      LogF(LogLevel::kError, "config", "%s: %s", args.config_path.c_str(), key_error.c_str());
+      return 1;
+    }
+    for (const std::string& line : key_lines) printf("%s\n", line.c_str());
     printf("%s: configuration OK\n", args.config_path.c_str());
     return 0;
   }

@@ -58,6 +58,7 @@ bool Server::Open(std::string* error) {
   hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
     metrics->ObserveBatchSize(ops);
   };
+  hooks.sealed = &sealed_;
   store_ = OpenStore(config, hooks, error);
   if (!store_) {
     if (embedded) *error = ExplainStoreOpenError(config.store.path, *error);
@@ -123,7 +124,7 @@ bool Server::OpenObservability(const Config& config, std::string* error) {
   reload_stats_.ConfigLoaded(config_path_);
   metrics_->SetExtraSource([this] {
     return RenderProcessMetrics() + reload_stats_.Render() + server_certs_.RenderMetrics() +
-           RenderCaExpiryMetrics(*gateway_.Snapshot());
+           RenderCaExpiryMetrics(*gateway_.Snapshot()) + sealed_->RenderMetrics();
   });
   gateway_.metrics = metrics_.get();
   if (config.log.access != "off") {
@@ -238,6 +239,14 @@ void Server::Reload() {
     return;
   }
   ReloadPlan plan = PlanReload(*gateway_.Snapshot(), *loaded.config);
+  std::string key_error;  // the key files are read again, changed or not (SPEC §13 E1)
+  if (plan.config->store.encryption.enabled &&
+      !ReloadStoreKeys(sealed_, *plan.config, &key_error)) {
+    reload_stats_.ReloadFailed();
+    LogF(LogLevel::kError, "reload", "reload failed, keeping the running config and keys: %s",
+         key_error.c_str());
+    return;
+  }
   // The listener's certificate and key, read again from the same files and verified first: a
   // pair that fails refuses the whole reload (nothing changes, the running pair serves on).
   std::string cert_change;

@@ -24,6 +24,7 @@
 #include "proxy/ops/reload.h"
 #include "proxy/worker.h"
 #include "store/clock.h"
+#include "store/sealed_store.h"
 #include "store/store.h"
 
 namespace idemgate {
@@ -90,6 +91,7 @@ class Server {
   ReloadStats reload_stats_;          // before metrics_: its source reads it
   std::unique_ptr<Metrics> metrics_;  // before store_: the writer reports to it until closed
   std::unique_ptr<Store> store_;
+  SealedStore* sealed_ = nullptr;  // store_ itself: it seals and opens (store/sealed_store.h)
   std::unique_ptr<Store> caching_store_;  // over store_: a delete evicts from replay_cache_
   ReplayCache replay_cache_{kReplayCacheBytes};
   UnsentBudget unsent_;  // outlives the workers: their buffers hold its charges

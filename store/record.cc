@@ -104,6 +104,17 @@ bool ReadResponse(Reader* in, StoredResponse* resp) {
   return in->String(&resp->body);
 }
 
+void AppendResponse(std::string* out, const StoredResponse& resp) {
+  PutFixed(out, static_cast<uint16_t>(resp.status), 2);
+  PutString(out, resp.reason);
+  PutFixed(out, resp.headers.size(), 4);
+  for (const auto& [name, value] : resp.headers) {
+    PutString(out, name);
+    PutString(out, value);
+  }
+  PutString(out, resp.body);
+}
+
 }  // namespace
 
 std::string EncodeRecord(const Record& record) {
@@ -123,14 +134,7 @@ std::string EncodeRecord(const Record& record) {
   if (record.state == RecordState::kCompleted) {
     PutFixed(&out, static_cast<uint64_t>(record.completed_ms), 8);
   }
-  PutFixed(&out, static_cast<uint16_t>(resp.status), 2);
-  PutString(&out, resp.reason);
-  PutFixed(&out, resp.headers.size(), 4);
-  for (const auto& [name, value] : resp.headers) {
-    PutString(&out, name);
-    PutString(&out, value);
-  }
-  PutString(&out, resp.body);
+  AppendResponse(&out, resp);
   return out;
 }
 
@@ -154,6 +158,22 @@ std::optional<RecordHeader> DecodeRecordHeader(std::string_view bytes) {
   uint64_t version = 0;
   if (!ReadHeader(&in, &r, &version)) return std::nullopt;
   return RecordHeader{static_cast<uint8_t>(version), r.state, r.expires_ms};
+}
+
+std::string EncodeResponse(const StoredResponse& resp) {
+  size_t size = 2 + 4 + resp.reason.size() + 4 + 4 + resp.body.size();
+  for (const auto& [name, value] : resp.headers) size += 8 + name.size() + value.size();
+  std::string out;
+  out.reserve(size);
+  AppendResponse(&out, resp);
+  return out;
+}
+
+std::optional<StoredResponse> DecodeResponse(std::string_view bytes) {
+  Reader in(bytes);
+  StoredResponse resp;
+  if (!ReadResponse(&in, &resp) || in.left() != 0) return std::nullopt;
+  return resp;
 }
 
 std::string MakeRecordKey(const ScopeId& scope, std::string_view key) {

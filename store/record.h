@@ -70,6 +70,11 @@ std::string EncodeRecord(const Record& record);
 std::optional<Record> DecodeRecord(std::string_view bytes);
 std::optional<RecordHeader> DecodeRecordHeader(std::string_view bytes);
 
+// The response part of the encoding alone (what store/sealing.cc seals); DecodeResponse rejects
+// trailing bytes and never crashes on any input.
+std::string EncodeResponse(const StoredResponse& response);
+std::optional<StoredResponse> DecodeResponse(std::string_view bytes);
+
 // Record key: scope id (32 bytes) followed by the key bytes.
 std::string MakeRecordKey(const ScopeId& scope, std::string_view key);
 

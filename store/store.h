@@ -21,6 +21,8 @@ enum class StoreCode {
   kNoSpace,     // disk full; retryable once space is freed
   kCorruption,  // a stored value or the database is corrupt
   kShutdown,    // the store is closing
+  kSealed,      // a sealed answer does not open (its key is not loaded, or its bytes were altered);
+                // the message names the key id and may be shown to the client (SPEC §13 E5)
 };
 
 struct StoreStatus {
@@ -51,6 +53,9 @@ struct ClaimRequest {
   ScopeId scope{};
   std::string key;  // the idempotency key, already unquoted
   Fingerprint fingerprint{};
+  // SPEC §13 E3: with encryption on, `fingerprint` is keyed and this is the plain one, which a
+  // record stored before encryption was turned on holds (it is compared as it was written).
+  std::optional<Fingerprint> legacy_fingerprint;
   TimeMs lease_ms = 30'000;
   TimeMs ttl_ms = 24 * 3'600'000LL;
 };

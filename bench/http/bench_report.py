@@ -15,6 +15,8 @@ FRESH_CPU_FACTOR = 2.5  # logs off: fresh CPU/req <= 2.5x passthrough's
 LABELS = {"idemgate": "workers=1, RocksDB", "idemgate-w2": "workers=2, RocksDB",
           "idemgate-cmp": "workers=1, RocksDB, --compare-bin",
           "idemgate-nosync": "workers=1, RocksDB, store.sync = false: the limit without the disk",
+          "idemgate-secret": "workers=1, RocksDB, scope.secret_file",
+          "idemgate-sealed": "workers=1, RocksDB, scope.secret_file and [store.encryption]",
           "idemgate-pg": "workers=1, PostgreSQL, 1 instance",
           "idemgate-pg2": "workers=1 each, PostgreSQL, 2 instances"}
 

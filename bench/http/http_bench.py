@@ -53,6 +53,10 @@ def parse_args(argv):
     p.add_argument("--nosync-target", action="store_true",
                    help="also idemgate-nosync (workers=1, store.sync = false) in the same rounds: "
                         "the limit without the disk, to show the gap to it")
+    p.add_argument("--encryption-target", action="store_true",
+                   help="also idemgate-secret (workers=1, a scope.secret_file) and "
+                        "idemgate-sealed (the same plus [store.encryption], docs/encryption.md) "
+                        "in the same rounds: what sealing costs, the secret alike on both")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (configs, logs)")
     p.add_argument("--bin", required=True, help="idemgate binary")
     p.add_argument("--compare-bin", default="",
@@ -98,8 +102,25 @@ def start_nginx_proxy(procs, tmp, values, name, logged):
     return Target(name, [port], [p], lambda: [p.pid])
 
 
+def private_file(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def encryption_toml(tmp, sealed):
+    """[scope] with a secret file and, when `sealed`, [store.encryption] with one active key."""
+    text = '\n[scope]\nsecret_file = "%s"\n' % private_file(os.path.join(tmp, "scope.secret"),
+                                                           "bench-scope-secret-" + "s" * 24)
+    if sealed:
+        key = private_file(os.path.join(tmp, "bench.key"), os.urandom(32).hex() + "\n")
+        text += '\n[store.encryption]\nactive = "bench"\nkeys = { "bench" = "%s" }\n' % key
+    return text
+
+
 def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg=None,
-                   logged=False, sync=None):
+                   logged=False, sync=None, extra=""):
     port = B.free_ports(1)[0]
     store = os.path.join(tmp, "store-" + name)
     vals = {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store, "WORKERS": workers,
@@ -108,6 +129,9 @@ def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg
         vals.update({"DSN": pg.dsn(), "PG_CONNECTIONS": args.pg_connections})
     conf = B.render("idemgate_pg.toml" if pg else "idemgate.toml",
                     os.path.join(tmp, name + ".toml"), vals)
+    if extra:
+        with open(conf, "a") as f:
+            f.write(extra)
     out = os.path.join(tmp, name + ".out")
     p = procs.start([binary or args.bin, "--config", conf], out)
     B.wait_line(out, "listening on", p)
@@ -333,6 +357,11 @@ def main(argv):
             if args.workers2:
                 targets.append(start_idemgate(procs, args, tmp, "idemgate-w2" + sfx, up_port, 2,
                                               logged=logged)[0])
+            if args.encryption_target:
+                for sealed in (False, True):
+                    targets.append(start_idemgate(
+                        procs, args, tmp, ("idemgate-sealed" if sealed else "idemgate-secret") + sfx,
+                        up_port, 1, logged=logged, extra=encryption_toml(tmp, sealed))[0])
             if args.nosync_target:
                 targets.append(start_idemgate(procs, args, tmp, "idemgate-nosync" + sfx, up_port,
                                               1, logged=logged, sync="false")[0])

@@ -157,7 +157,7 @@ bool Exchange::FastPath() {
   wait_epoch_ = env_->waits().Epoch(wait_key_);
   if (ReplayCache* cache = env_->replay_cache()) {
     std::optional<CachedReplay> hit = cache->Find(guard_.scope, guard_.key, env_->clock().NowMs());
-    if (hit && hit->fingerprint != guard_.fingerprint) {
+    if (hit && hit->fingerprint != FingerprintAsStored(guard_, hit->fingerprint)) {
       outcome_ = Outcome::kMismatch;
       RespondMismatch(hit->fingerprint);
       return true;
@@ -179,7 +179,8 @@ bool Exchange::FastPath() {
 // would judge it at `now_ms`: a replay, a mismatch, or in flight (wait, or 409). False when only
 // a claim can decide (fresh, takeover: writes, which the store's Claim decides atomically).
 bool Exchange::AnswerFromRecord(Record record, TimeMs now_ms) {
-  RecordVerdict verdict = JudgeRecord(record, guard_.fingerprint, now_ms);
+  RecordVerdict verdict =
+      JudgeRecord(record, FingerprintAsStored(guard_, record.fingerprint), now_ms);
   switch (verdict.outcome) {
     case ClaimOutcome::kMismatch:
       outcome_ = Outcome::kMismatch;
@@ -210,6 +211,7 @@ void Exchange::Claim() {
   claim.scope = guard_.scope;
   claim.key = guard_.key;
   claim.fingerprint = guard_.fingerprint;
+  claim.legacy_fingerprint = guard_.legacy_fingerprint;
   claim.lease_ms = config_->idempotency.lease_ms;
   claim.ttl_ms = config_->idempotency.ttl_ms;
   int64_t start = env_->MonoUs();
@@ -226,7 +228,9 @@ void Exchange::OnClaim(ClaimResult result) {
   if (!result.status.ok()) {
     outcome_ = Outcome::kRejected;
     error_detail_ = result.status.message;
-    return RespondError(ErrorCode::kStoreUnavailable);
+    // A sealed answer that does not open: the detail names its key (SPEC §13 E5).
+    const bool sealed = result.status.code == StoreCode::kSealed;
+    return RespondError(ErrorCode::kStoreUnavailable, sealed ? result.status.message : "");
   }
   switch (result.outcome) {
     case ClaimOutcome::kFresh:

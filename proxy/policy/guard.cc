@@ -2,6 +2,7 @@
 #include "proxy/policy/guard.h"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
@@ -394,6 +395,40 @@ Fingerprint ComputeFingerprint(const Request& request,
   return out;
 }
 
+// E3: the stored fingerprint is HMAC-SHA-256(K, F1 digest), K = HMAC-SHA-256(scope.secret,
+// "idemgate fingerprint key v1"). Per thread, a MAC context keyed with K for the last secret
+// seen: each request then re-initialises it with the same key (no digest fetch, no key setup).
+static void KeyFingerprint(std::string_view secret, GuardDecision* d) {
+  struct KeyedMac {
+    std::string secret;
+    std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx{nullptr, &EVP_MAC_CTX_free};
+  };
+  thread_local KeyedMac mac;
+  d->legacy_fingerprint = d->fingerprint;
+  if (!mac.ctx || mac.secret != secret) {
+    std::array<uint8_t, 32> key{};
+    HmacSha256(secret, "idemgate fingerprint key v1", key.data());
+    mac.ctx.reset(EVP_MAC_CTX_new(Hmac()));
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                           OSSL_PARAM_construct_end()};
+    if (!mac.ctx || EVP_MAC_init(mac.ctx.get(), key.data(), key.size(), params) != 1) {
+      mac.ctx.reset();
+    }
+    OPENSSL_cleanse(key.data(), key.size());
+    mac.secret.assign(secret);
+  }
+  size_t len = 0;
+  // A failure leaves a fingerprint of zeros: no request matches it, so a retry gets 422, never
+  // another request's answer.
+  d->fingerprint.fill(0);
+  if (mac.ctx && EVP_MAC_init(mac.ctx.get(), nullptr, 0, nullptr) == 1 &&
+      EVP_MAC_update(mac.ctx.get(), d->legacy_fingerprint->data(),
+                     d->legacy_fingerprint->size()) == 1) {
+    EVP_MAC_final(mac.ctx.get(), d->fingerprint.data(), &len, d->fingerprint.size());
+  }
+}
+
 std::string FingerprintPrefix(const Fingerprint& fingerprint) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -463,7 +498,13 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   d.scope = ComputeScopeId(scope_header, *credential, config.scope.secret);
   d.fingerprint =
       ComputeFingerprint(request, config.idempotency.fingerprint_headers, config.route_host);
+  if (config.store.encryption.enabled) KeyFingerprint(config.scope.secret, &d);
   return d;
+}
+
+const Fingerprint& FingerprintAsStored(const GuardDecision& d, const Fingerprint& stored) {
+  return d.legacy_fingerprint && stored == *d.legacy_fingerprint ? *d.legacy_fingerprint
+                                                                 : d.fingerprint;
 }
 
 }  // namespace idemgate

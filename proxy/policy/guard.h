@@ -1,6 +1,7 @@
 // Pure functions of the guard: route policy, scope id, key syntax, fingerprint (SPEC §1-§4).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +26,14 @@ struct GuardDecision {
   ScopeId scope{};
   std::string key;  // unquoted (K1)
   Fingerprint fingerprint{};
+  // SPEC §13 E3, encryption on: `fingerprint` is HMAC-SHA-256 of this plain F1 digest under a
+  // key derived from scope.secret; a record stored before encryption holds the plain one.
+  std::optional<Fingerprint> legacy_fingerprint;
 };
+
+// The request's fingerprint in the kind `stored` was written in (E3): the plain one when the
+// record holds that, else the keyed one.
+const Fingerprint& FingerprintAsStored(const GuardDecision& d, const Fingerprint& stored);
 
 // G1-G2, S2-S4, K1-K2, F1-F3, in the SPEC's order. The request is complete (body decoded).
 GuardDecision EvaluateGuard(const Config& config, const Request& request);

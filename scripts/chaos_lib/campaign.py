@@ -38,9 +38,11 @@ def make_gateways(kind, opts, workdir, upstream_port, store_dir, cluster):
     if cluster is not None:  # two instances on one database (each its own way to the primary)
         dsns = cluster.dsns() if hasattr(cluster, "dsns") else [cluster.dsn()] * 2
         return [Idemgate(workdir, upstream_port, opts.gateway, opts.shim, opts.takeover,
-                         f"{store_dir}{i}", tag=str(i), pg_dsn=dsns[i]) for i in (0, 1)]
+                         f"{store_dir}{i}", tag=str(i), pg_dsn=dsns[i],
+                         encrypted=getattr(opts, "encryption", False)) for i in (0, 1)]
     return [Idemgate(workdir, upstream_port, opts.gateway, opts.shim, opts.takeover, store_dir,
-                     wipe_on_kill=(kind == "planted-wiped-store"))]
+                     wipe_on_kill=(kind == "planted-wiped-store"),
+                     encrypted=getattr(opts, "encryption", False))]
 
 
 def start_all(gws, violations, why):

@@ -113,11 +113,34 @@ class Process:
         return dict(os.environ)
 
 
+def private_file(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def encryption_toml(workdir):
+    """Encryption at rest on (docs/encryption.md): a scope secret and one active key, the same
+    files for every instance of the campaign (instances on one database must share them)."""
+    secret = os.path.join(workdir, "scope.secret")
+    key = os.path.join(workdir, "chaos.key")
+    if not os.path.exists(key):
+        private_file(secret, "chaos-scope-secret-" + "c" * 24)
+        private_file(key, os.urandom(32).hex() + "\n")
+    return f"""[scope]
+secret_file = "{secret}"
+[store.encryption]
+active = "chaos"
+keys = {{ "chaos" = "{key}" }}
+"""
+
+
 class Idemgate(Process):
     """idemgate on its own RocksDB store (store_dir), or on PostgreSQL when pg_dsn is given."""
 
     def __init__(self, workdir, upstream_port, binary, shim, takeover, store_dir, wipe_on_kill=False,
-                 tag="", pg_dsn=None):
+                 tag="", pg_dsn=None, encrypted=False):
         super().__init__(workdir, upstream_port, tag)
         self.binary, self.shim, self.store_dir = binary, shim, store_dir
         self.wipe_on_kill = wipe_on_kill
@@ -150,7 +173,7 @@ shutdown_grace = "2s"
 address = ""
 [log]
 access = "off"
-""")
+""" + (encryption_toml(workdir) if encrypted else ""))
 
     def argv(self):
         return [self.binary, "--config", self.config]

@@ -99,6 +99,8 @@ TEST(Reload, EveryKeyFollowsItsTableRow) {
             value->port += 1;
           } else if constexpr (std::is_same_v<T, std::vector<HostPort>>) {
             value->push_back(HostPort{"changed", 1});
+          } else if constexpr (std::is_same_v<T, std::map<std::string, std::string>>) {
+            (*value)["changed"] = "CHANGED";
           } else {
             *value += 1;
           }

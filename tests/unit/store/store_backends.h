@@ -3,13 +3,16 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "store/pg_store.h"
 #include "store/rocks_store.h"
+#include "store/sealed_store.h"
 #include "tests/support/pg_cluster.h"
 #include "tests/unit/store/store_test_util.h"
 
@@ -89,6 +92,37 @@ class PgBackend final : public Backend {
 
  private:
   std::atomic<int64_t> offset_{0};
+};
+
+// A key file of 64 hex digits in `dir`, mode 0600 (store/sealing.h reads it); its path.
+inline std::string WriteKeyFile(const TempDir& dir, const std::string& name, char digit) {
+  const std::string path = dir.path() + "/" + name + ".key";
+  FILE* f = fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f == nullptr) return path;
+  fprintf(f, "%s\n", std::string(64, digit).c_str());
+  fclose(f);
+  chmod(path.c_str(), 0600);
+  return path;
+}
+
+// Any backend with encryption on (SPEC §13): a SealedStore with one active key over it.
+class SealedBackend final : public Backend {
+ public:
+  explicit SealedBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::unique_ptr<Store> Open(bool fresh) override {
+    std::string error;
+    auto keys = LoadSealKeys({{"k1", WriteKeyFile(dir_, "k1", 'a')}}, "k1", &error);
+    EXPECT_NE(keys, nullptr) << error;
+    std::unique_ptr<Store> store = inner_->Open(fresh);
+    if (!store || !keys) return store;
+    return std::make_unique<SealedStore>(std::move(store), std::move(keys));
+  }
+  void Advance(TimeMs ms) override { inner_->Advance(ms); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  TempDir dir_;
 };
 
 }  // namespace idemgate::testing

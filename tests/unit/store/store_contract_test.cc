@@ -20,19 +20,34 @@ using namespace idemgate::testing;
 
 const auto* const kPgEnv = ::testing::AddGlobalTestEnvironment(new PgEnvironment);
 
-enum class Kind { kRocks, kPostgres };
+// The sealed kinds run every case with encryption on (a SealedStore over the backend).
+enum class Kind { kRocks, kPostgres, kSealedRocks, kSealedPostgres };
 
 std::string KindName(const ::testing::TestParamInfo<Kind>& info) {
-  return info.param == Kind::kRocks ? "Rocks" : "Postgres";
+  switch (info.param) {
+    case Kind::kRocks:
+      return "Rocks";
+    case Kind::kPostgres:
+      return "Postgres";
+    case Kind::kSealedRocks:
+      return "SealedRocks";
+    case Kind::kSealedPostgres:
+      return "SealedPostgres";
+  }
+  return "";
 }
 
 class StoreContract : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
-    if (GetParam() == Kind::kRocks) {
+    const Kind kind = GetParam();
+    if (kind == Kind::kRocks || kind == Kind::kSealedRocks) {
       backend_ = std::make_unique<RocksBackend>();
     } else {
       backend_ = std::make_unique<PgBackend>();
+    }
+    if (kind == Kind::kSealedRocks || kind == Kind::kSealedPostgres) {
+      backend_ = std::make_unique<SealedBackend>(std::move(backend_));
     }
     store_ = backend_->Open(/*fresh=*/true);
     ASSERT_NE(store_, nullptr);
@@ -66,7 +81,9 @@ class StoreContract : public ::testing::TestWithParam<Kind> {
   std::unique_ptr<Store> store_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, StoreContract, ::testing::Values(Kind::kRocks, Kind::kPostgres),
+INSTANTIATE_TEST_SUITE_P(Backends, StoreContract,
+                         ::testing::Values(Kind::kRocks, Kind::kPostgres, Kind::kSealedRocks,
+                                           Kind::kSealedPostgres),
                          KindName);
 
 // The PostgreSQL clock keeps running during a test: time assertions allow this much of it.
@@ -416,7 +433,7 @@ TEST_P(StoreContract, CheckpointOrWhichToolToUse) {
   ASSERT_TRUE(CompleteNow(*store_, FreshClaim(Req("k")), Resp(201, "x")).ok());
   TempDir dir;
   StoreStatus status = store_->Checkpoint(dir.path() + "/checkpoint");
-  if (GetParam() == Kind::kRocks) {
+  if (GetParam() == Kind::kRocks || GetParam() == Kind::kSealedRocks) {
     EXPECT_TRUE(status.ok()) << status.message;
   } else {
     EXPECT_FALSE(status.ok());
