@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sealing benchmark (SPEC §13): seal, open, and both, of one stored answer (1 KiB body and a few
 // headers by default; 64 B and 16 KiB too), as SealedStore does per Complete and per replay.
 #include <benchmark/benchmark.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Store benchmark: claim+complete pairs per second with N outstanding callers, sync on and off.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gateway's own log: one line per event on stderr,
 //   2026-11-30T16:33:46.123Z ERROR store: <message>
 // an RFC 3339 UTC timestamp (milliseconds), a level and a subsystem tag ("main", "store",

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Names a thread (as `top -H`, `ps -L`, gdb and /proc/PID/task/TID/comm show it). The creator
 // names it right after starting it, so the name is there before the creator goes on.
 #pragma once

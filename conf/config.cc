@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TOML text -> immutable Config: every section and key checked, errors located as FILE:LINE.
 // The keys themselves (types, bounds, checks) are the table in config_keys.cc.
 #include "conf/config.h"

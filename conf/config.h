@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config: the whole configuration, parsed once from TOML into an immutable value.
 #pragma once
 

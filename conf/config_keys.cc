@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The table of configuration keys (see config_keys.h), their key-specific checks, and the
 // generic reading, comparing and formatting of a key's value.
 #include "conf/config_keys.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The configuration's keys, each declared once: its section and name, its type and bounds, its
 // doc line (the comment above it in packaging/idemgate.toml), and whether SIGHUP applies it (the
 // reload plan, proxy/reload.cc, is derived from this table). Its default is the initializer of

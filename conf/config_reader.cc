@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Typed, located access to one TOML section; every failure is a "FILE:LINE: key 'a.b': ..." error.
 #include "conf/config_reader.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The configuration reference (see config_reference.h): one list of paragraphs and the key
 // table, rendered as Markdown or as roff. Text marks code with `backticks`; the man page shows it
 // in bold.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The configuration reference, generated from the key table (config_keys.cc) so it cannot drift
 // from the code: every key with its type, default, bounds, whether SIGHUP applies it, and its doc
 // line. Rendered as Markdown (docs/configuration.md, checked by a test) and as the man page

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // [[routes]] (see config_routes.h): reading, the per-route C4 check, and re-derivation on reload.
 #include "conf/config_routes.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // [[routes]]: ordered path-prefix rules, each running its requests with the top-level config
 // plus the keys it sets (a subset of [idempotency] and [limits], same names and checks, read
 // through the key table), an upstream group, and statuses answered but not stored.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsers for the scalar value syntaxes of the configuration: addresses, URLs, tokens, durations.
 #pragma once
 

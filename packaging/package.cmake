@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The Debian package (CPack DEB), the man pages and the generated configuration reference.
 # `cmake --build build --target package` writes build/idemgate_<version>-1_amd64.deb (configure with
 # -DIDEMGATE_BUILD_TESTS=OFF to build only what it holds). Included at the end of the top-level

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // idemgate: the command line (run, --check-config, --restore, --version), around Server
 // (server.h): argv -> config -> store -> loops -> run -> clean shutdown.
 #include <event2/thread.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Server (see server.h): opening the process's parts in order, running the main loop's signal
 // handlers (stop, reload), and the drain at shutdown.
 #include "proxy/server.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The process: the config in force, the store, the metrics, the access log, TLS contexts, the
 // admin thread and the worker loops, opened in that order, run until SIGTERM/SIGINT, then drained
 // and closed in reverse. main.cc holds the command line around it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One event-loop thread: accept, own connections and exchanges, run store results posted back.
 #include "proxy/worker.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One event-loop thread: its base, listener, client connections, exchanges, upstream pool, and
 // the mailbox through which the store's results come back to the loop.
 #pragma once

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/demo --cluster: PostgreSQL the way production runs it, on this machine: one etcd
 # (:23790), three PostgreSQL nodes (:25432-25434) each under Patroni (REST API :8008-8010) with
 # synchronous_mode_strict, HAProxy (:25000) routing to the leader, the demo payment API (:9000)

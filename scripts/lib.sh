@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by the scripts: install Debian packages when missing, and build.
 # shellcheck shell=bash
 set -euo pipefail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's decision rules: claim outcomes (SPEC §5), complete and release compare-and-set.
 #include "store/claim_rules.h"
 

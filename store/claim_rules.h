@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's decision rules (SPEC §5, R3a) as pure functions of the stored record and the time.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Time sources for the store and the gateway: injected so tests never sleep to make time pass.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Meta files of a store (see meta_file.h).
 #include "store/meta_file.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Meta values (the settings signature) of a store kept in its directory, one small file per name
 // ("IDEMGATE-META-<name>"), written atomically and durably. Beside the database, never inside it:
 // no record key can reach them, compaction never sees them, and writing one does not change the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One non-blocking libpq connection on the store's libevent loop.
 #include "store/pg_conn.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One libpq connection driven without blocking by the store's libevent loop: connects (and
 // reconnects, following a multi-host DSN), runs one statement at a time, and tells its listener
 // when it is up, when a statement finished, and when it broke (with the statement whose outcome

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PostgreSQL side of attempt fencing (SPEC §12 A2/A3, docs/fencing.md): schema version 2's
 // functions and table, the takeover statement, and the clean-up of fence marks. No I/O here.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore's start-up schema check and creation.
 #include "store/pg_schema.h"
 

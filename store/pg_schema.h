@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore's start-up: connect once (blocking; before any event loop runs), create the schema
 // when absent, refuse a version this gateway does not know (SPEC M7).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore's statements and the conversions between libpq's binary rows and the store's types.
 #include "store/pg_sql.h"
 

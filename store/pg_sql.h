@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore's SQL: the schema, the statements (SCALEOUT.md "Statements"), and the conversions
 // between libpq's binary results and the store's types. No I/O here.
 #pragma once

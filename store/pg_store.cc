@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore: a queue of statements on the store's libevent thread, spread over several libpq
 // connections. A statement whose outcome is unknown (its connection broke, or its commit's
 // replication wait was cancelled) is sent again until known: every statement here is safe to

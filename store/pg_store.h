@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore: the Store over PostgreSQL, shared by every gateway instance configured with the same
 // database (SPEC §11). libpq's non-blocking API on the store's own libevent thread, several
 // connections; leases and expiry on the database clock. This header does not include libpq.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore's class, shared by pg_store.cc (the Store API, called from any thread) and
 // pg_store_loop.cc (the store's libevent thread: queue, connections, results). Internal.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore on its own libevent thread: the queue of statements spread over the connections,
 // unknown outcomes sent again, fail-fast while no connection is up, clean-up and count timers,
 // and each statement's result turned into the caller's answer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Record encoding: a versioned, little-endian, length-prefixed binary format with a fixed header.
 //
 // Layout (all integers little-endian):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The idempotency record: what the store keeps for one (scope, key), and its binary encoding.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Store::FindByKeyHash for the embedded store: a scan of every record key, hashed as the access
 // log hashes it (SHA-256 of scope id || key, its first 8 bytes).
 #include <openssl/evp.h>

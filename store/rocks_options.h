@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RocksDB options for the store, and how RocksDB statuses map to store codes.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RocksStore: the embedded Store over RocksDB; one writer thread decides and group-commits.
 #include "store/rocks_store.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RocksStore: the embedded Store over RocksDB, with one writer thread doing group commit.
 // This header does not include RocksDB, so the gateway can open it without depending on it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hooks into RocksStore for tests and tools that already link RocksDB (the gateway must not).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RocksDB version this binary was built against, for --version and build_info.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SealedStore: seals on Complete, opens what Claim and Lookup return (SPEC §13 E2-E6).
 #include "store/sealed_store.h"
 

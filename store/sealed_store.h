@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Store that seals every response it stores and opens every response it returns (SPEC §13),
 // over any backend: the backends keep sealed bytes where they kept a response, and nothing above
 // this store sees a key or the sealed format. Records stored in clear (before encryption was

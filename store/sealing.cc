@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sealing (SPEC §13 E2): AES-256-GCM under a key derived per sealed value, synthetic salt.
 //
 // Sealed bytes (the body of a StoredResponse with status 0):

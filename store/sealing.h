@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Encryption at rest (SPEC §13): the key files, and sealing a stored response under the record's
 // identity with AES-256-GCM. Only store/ sees keys and the sealed format (docs/encryption.md).
 #pragma once

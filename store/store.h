@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Store interface: async, atomic claim / complete / release of idempotency records.
 // Nothing above this header knows which implementation runs (RocksDB, or PostgreSQL shared by
 // several instances); store_factory.h opens the configured one.

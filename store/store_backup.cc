@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoint and restore of the embedded store (see store_backup.h).
 #include "store/store_backup.h"
 

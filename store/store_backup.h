@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Online backups of the embedded store: a RocksDB checkpoint written while the gateway serves,
 // and the restore that copies one into a new store directory (docs/operations.md "Backup and
 // restore").

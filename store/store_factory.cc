@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Opens the configured store backend.
 #include "store/store_factory.h"
 

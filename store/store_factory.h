@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Opens the store the configuration names (store.backend), so the gateway names no backend.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TtlCompactionFilter: drops a value iff its record header says it expired.
 #include "store/ttl_filter.h"
 

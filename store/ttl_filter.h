@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TtlCompactionFilter: drops expired records during RocksDB compaction, from the header alone.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The writer's bookkeeping: local attempts (monotonic leases) and the undo of a failed batch.
 #include "store/writer_ledger.h"
 

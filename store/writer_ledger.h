@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bookkeeping of RocksStore's writer thread, kept apart from RocksDB so it can be reasoned about
 // (and tested) alone: the attempts this process runs, and how to undo a batch whose write failed.
 #pragma once

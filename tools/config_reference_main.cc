@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // idemgate-config-reference: prints the configuration reference generated from the key table,
 // as Markdown (docs/configuration.md) or as the man page idemgate.toml(5).
 //   idemgate-config-reference md

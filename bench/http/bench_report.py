@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The Markdown report of scripts/bench http (bench/http/http_bench.py).
 import os
 import statistics

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Helpers for bench/http/http_bench.py: processes, ports, /proc readings, probes, wrk runs.
 import glob
 import http.client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # scripts/bench http duplicates: a duplicate sent while its key's first request is still upstream
 # (the origin answers after --delay-ms). Time from the duplicate's send to its final answer, for
 # a client that sends `Prefer: wait` versus one that retries 409s after --retry-ms (the Stripe SDK

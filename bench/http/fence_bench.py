@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The fence's cost per fresh request (docs/fencing.md), fence on vs off in the same run.
 
 One PostgreSQL (fsync on), two idemgate instances on it, each in front of its own demo payment

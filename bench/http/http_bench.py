@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # scripts/bench http: nginx baseline vs idemgate on loopback with wrk; prints a Markdown report.
 import argparse
 import os

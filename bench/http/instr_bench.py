@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Instructions per request, deterministic (no hardware counters needed): each idemgate binary runs
 # under valgrind --tool=callgrind behind the bench's nginx origin; per scenario the counters are
 # zeroed (callgrind_control -z), N requests are sent on one keep-alive connection, and the counters

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A throwaway PostgreSQL server for scripts/bench http --backend postgres. Mirrors
 # tests/support/pg_cluster.cc (which scripts/bench store --backend postgres uses): the same
 # initdb template (/tmp/idemgate-pg-template-UID-VERSION, made once per machine and user), the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- wrk script for scripts/bench http: wrk ... -s requests.lua -- MODE PREFIX [NKEYS]
 -- MODE: passthrough (POST, no key) | fresh (a new key per request) | replay (cycles NKEYS keys
 -- "replay-0".."replay-N-1", already completed) | conflict (cycles 8 keys PREFIX-0..7 on /slow/).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PostgreSQL store benchmark: claim+complete pairs/s through PgStore with 1/16/64 callers (one
 // connection per caller), next to pgbench running the same two statements at the same
 // concurrency against the same server in the same run. Starts its own server (fsync on);

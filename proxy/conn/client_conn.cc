@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One client connection: parse requests one at a time, hand each to an Exchange, write answers
 // in order, and close politely (lingering) when the byte stream can no longer be trusted.
 #include "proxy/conn/client_conn.h"

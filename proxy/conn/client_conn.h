@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One client connection: read -> parse -> Exchange -> write, keep-alive and pipelining in
 // order, 100-continue, client and idle timeouts. A passthrough request is relayed instead
 // (PassthroughRelay; the connection is its sink, client_relay.cc): its body and its answer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a client connection and its passthrough relay need from their surroundings, as a narrow
 // interface (as ExchangeEnv is the exchange's): the loop, the config in force, the answers'
 // memory budget, exchanges for guarded requests, streamed upstream calls for relayed ones, and

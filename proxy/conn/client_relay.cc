@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP/1.1 side of relaying a passthrough request: whether a request is relayed at all, and
 // the connection as the relay's StreamSink, framing the answer as it arrives (chunk by chunk
 // for an event stream) with back-pressure toward the upstream. The relay's own state machine is

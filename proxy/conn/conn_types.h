@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Why a client connection was closed: what the connections report and the metrics count by.
 #pragma once
 

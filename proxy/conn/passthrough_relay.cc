@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The passthrough relay's state machine (see passthrough_relay.h): the request's head and body
 // upstream with back-pressure, the answer handed to the sink as it arrives, one report at the end.
 #include "proxy/conn/passthrough_relay.h"

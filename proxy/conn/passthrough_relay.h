@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Relaying one passthrough request (one the gateway does not guard): its body goes upstream as
 // it is read, and the answer goes to a StreamSink as it arrives. Nothing is stored, so nothing is
 // buffered whole: the request's body stops being read while the upstream has more than

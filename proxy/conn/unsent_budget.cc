@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UnsentBudget (see unsent_budget.h).
 #include "proxy/conn/unsent_budget.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory held by answers written to clients that have not read them yet, bounded in total
 // across every connection of the process (limits.max_unsent_bytes).
 #pragma once

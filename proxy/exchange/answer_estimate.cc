@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recent guarded upstream times per route and worker thread, and the Retry-After they suggest.
 #include "proxy/exchange/answer_estimate.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // When a first attempt's answer is likely there, for a 409's Retry-After (SPEC §5): the p90 of
 // the route's recent guarded upstream times, kept per worker thread (no lock on the request
 // path), minus how long the attempt has run; at least 1 s and never past the lease left.

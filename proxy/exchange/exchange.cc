@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The life of one request (see exchange.h and README "Life of a request").
 #include "proxy/exchange/exchange.h"
 

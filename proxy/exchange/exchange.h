@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The life of one request as an explicit state machine: Start (route, guard, fast replay) ->
 // Claiming -> Forwarding -> Completing (-> Backoff -> Completing) or Releasing -> Done. A
 // duplicate that finds its key in flight may wait (Waiting) and then look again (SPEC §10).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What an Exchange needs from its surroundings, as a narrow interface: its loop (post, timers,
 // monotonic time), the store, the wall clock, the upstream, and where its answer and its report
 // go. The Worker implements it for real; tests/unit/exchange_test.cc fakes every part in-process.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exchange, continued: a duplicate that finds its key in flight may wait for the first answer
 // instead of taking a 409 at once (SPEC §10, W1-W4). Waiting holds no thread: the exchange is
 // parked in the process's WaitRegistry with a timer; a completion or release of the key wakes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ReplayCache and CachingStore (see replay_cache.h).
 #include "proxy/exchange/replay_cache.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What replays share. A completed record never changes until it expires or an admin deletes it,
 // so its stored response is kept once, immutable, in a bounded cache shared by every worker, and
 // every replay sends those same bytes by reference: N clients replaying one 8 MB answer hold

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one report builder (see report.h).
 #include "proxy/exchange/report.h"
 

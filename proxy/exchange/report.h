@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one finished request reports, built in one place for every kind of request: the
 // exchange (guarded), the passthrough relay and the errors a connection answers itself. The
 // metrics' sample and the access-log entry are both made from one RequestReport.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a finished request reports, and the metrics and the access log count and write: its
 // outcome, how a wait ended, its sample and its access-log entry. Types only, shared by the
 // exchange, the relay (conn/) and ops/, so no operations header includes the request path.

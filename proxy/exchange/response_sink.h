@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where answers go: the one sink interface of the request path. An exchange sends its one whole
 // answer (SendResponse); the passthrough relay streams one (StreamSink). The HTTP/1.1 client
 // connection implements both; an HTTP/2 stream is one more kind of sink.

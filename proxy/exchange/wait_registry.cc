@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The process-wide list of waiting duplicates per record key (see wait_registry.h).
 #include "proxy/exchange/wait_registry.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Duplicates that wait for the first answer (SPEC §10): the process-wide list of waiters per
 // record key. An exchange that completes or releases a key wakes every waiter of that key, each
 // on its own loop (through the wake function it registered). Bounded by limits.max_waiters.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The header section scanner and the field checks (see header_scan.h).
 #include "proxy/http/header_scan.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The header section's checks before llhttp sees it, on raw bytes: what llhttp's loose build
 // would accept but a strict parser in front or behind would frame differently (bare LF, bare CR,
 // obs-fold), and the field-level checks (token names, plain chunked Transfer-Encoding).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Request/Response helpers: header lookup, hop-by-hop rules, and the bytes sent up and down.
 #include "proxy/http/http_message.h"
 

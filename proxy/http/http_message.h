@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Request/Response value types and their serialization. Knows no sockets and no parser.
 #pragma once
 

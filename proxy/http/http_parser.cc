@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // llhttp wrapper: request and response parsing with the gateway's limits and smuggling checks
 // (the header section's raw-byte checks are in header_scan.h).
 #include "proxy/http/http_parser.h"

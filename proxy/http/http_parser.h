@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // llhttp wrapper: bytes in, Request/Response out, with the gateway's limits. Knows no sockets.
 // llhttp stays inside http_parser.cc.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The llhttp glue (see parse_engine.h).
 #include "proxy/http/parse_engine.h"
 

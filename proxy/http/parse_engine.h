@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The llhttp glue behind RequestParser and ResponseParser (http_parser.h): the parsing state
 // both directions share, llhttp's callbacks into it, the limits and the smuggling checks on
 // framing. Internal to http/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "proxy/http/request_id.h"
 
 #include <openssl/rand.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // X-Request-Id: the client's when it is usable, otherwise a new one; forwarded upstream and
 // written to the access log, so one request can be followed from the client to the upstream.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RAII for libevent handles, and one trampoline turning C callbacks into member calls.
 #pragma once
 

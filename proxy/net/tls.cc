@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS contexts for the client side and the upstream side.
 #include "proxy/net/tls.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS contexts: client-facing (certificate + key, TLS 1.2+) and upstream (verification against
 // the system CA store or a CA file, SNI and hostname checks). OpenSSL 3.
 #pragma once

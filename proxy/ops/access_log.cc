@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The access log: JSON line formatting, and a buffered writer thread with reopen and drop.
 #include "proxy/ops/access_log.h"
 

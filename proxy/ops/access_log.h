@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The access log: one JSON line per exchange, buffered in memory and written by a background
 // thread so the loops never wait on disk; reopened on SIGHUP for log rotation. The thread writes
 // every flush interval (or when the buffer reaches the flush size), not once per line: lines

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin listener: evhttp on its own thread; metrics, health, readiness (its probes are in
 // probes.cc) and the record API.
 #include "proxy/ops/admin.h"

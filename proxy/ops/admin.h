@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin listener: its own thread, libevent base and evhttp, so admin traffic never touches
 // the data-plane loops. /metrics, /healthz, /readyz, and the support-staff record API.
 #pragma once

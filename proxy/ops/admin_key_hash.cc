@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The key_hash lookup of the admin record API.
 #include "proxy/ops/admin_key_hash.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GET /records?key_hash=...: support looks a record up by the key_hash of an access-log line
 // (16 hex digits of SHA-256(scope id || key)), without the merchant's credential. The answer
 // names each matching record's scope (16 hex digits) and key.

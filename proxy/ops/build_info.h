@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What this binary is: its version, the git commit it was configured from, and the versions of
 // the libraries it runs on (for --version and the start-up line).
 #pragma once

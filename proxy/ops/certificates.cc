@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reloadable listener certificates (a certificate callback over a swappable pair) and the
 // certificate-expiry metric.
 #include "proxy/ops/certificates.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The listener's certificate and key, replaced while the gateway serves (SIGHUP): the files are
 // read again, verified (they load, the key matches the certificate), and only then used for new
 // handshakes; a pair that fails is refused and the running one kept. Also the expiry time of

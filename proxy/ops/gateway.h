@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every worker loop shares: the current config, the store, the clock, the access log.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus metrics: lock-free per-worker recording, aggregation and text rendering at scrape.
 #include "proxy/ops/metrics.h"
 

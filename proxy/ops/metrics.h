@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus metrics: per-worker shards of relaxed atomic counters and histograms, written on
 // the data plane without locks and summed only when /metrics is scraped.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metrics about the process rather than the traffic: idemgate_build_info, the standard process_*
 // series (CPU, RSS, descriptors, start time) and the config reloads (count by result, the loaded
 // file's hash and time). Appended to /metrics (Metrics::SetExtraSource).

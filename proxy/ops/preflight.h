@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Preflight: what the config parser cannot see, checked against this host before the gateway
 // starts (and by --check-config): names resolve, the store directory can be created and written,
 // the access log's directory exists, the TLS files load and the key matches the certificate.

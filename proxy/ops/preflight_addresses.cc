@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The listen/admin address checks of the preflight: overlaps, and addresses already in use.
 #include "proxy/ops/preflight_addresses.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Preflight of the listening addresses: the admin listener and the data listener must not share
 // an address (the second bind would fail after the store has been opened), and, for
 // --check-config, neither may already be bound by another process.

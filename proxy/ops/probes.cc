@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The readiness probes (see probes.h).
 #include "proxy/ops/probes.h"
 

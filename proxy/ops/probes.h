@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The readiness probes behind /readyz: a store write (claim and release of a reserved key) and
 // an upstream connect (with the TLS handshake for https). They block the calling thread (the
 // admin thread), never a loop.

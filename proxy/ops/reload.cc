@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config reload: merge a freshly parsed config into the running one, key by key, as the key
 // table (conf/config_keys.cc) says.
 #include "proxy/ops/reload.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config reload (SIGHUP): which keys take effect live and which wait for a restart.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The settings signature kept in the store, and the start-up check against it.
 #include "proxy/ops/store_signature.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The settings signature: what decides which record a request maps to and whether a retry
 // matches it (the key header, the fingerprint headers, the scope header and the scope secret's
 // identity). The store keeps the signature it was written with; a start with other settings is

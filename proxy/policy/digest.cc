@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 helpers (see digest.h).
 #include "proxy/policy/digest.h"
 

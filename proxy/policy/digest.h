@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 as the policy uses it, in one place: the implementation fetched once per process, one
 // digest context per thread, and the key hash that names a record in logs and admin answers
 // without showing its key.

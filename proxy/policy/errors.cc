@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gateway's own answers: the code -> status -> detail table and the JSON error body.
 #include "proxy/policy/errors.h"
 

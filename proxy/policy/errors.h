@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gateway's own answers: one table of code -> status -> default detail (SPEC §8).
 #pragma once
 

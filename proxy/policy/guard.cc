@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The guard: which requests are guarded, the caller's scope, the key's syntax, the fingerprint.
 #include "proxy/policy/guard.h"
 

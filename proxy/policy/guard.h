@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pure functions of the guard: route policy, scope id, key syntax, fingerprint (SPEC §1-§4).
 #pragma once
 

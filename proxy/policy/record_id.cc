@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The record id and the fencing headers a guarded request carries upstream (SPEC §12 A1).
 #include "proxy/policy/record_id.h"
 

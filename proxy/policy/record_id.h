@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fencing token a guarded request carries upstream (SPEC §12 A1): Idempotency-Attempt and
 // Idempotency-Record. The record id is the first 16 bytes of SHA-256 over "idemgate-record-v1",
 // a zero byte, the 32-byte scope id and the key, in lower-case hex: stable across attempts,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Route selection (see routes.h).
 #include "proxy/policy/routes.h"
 

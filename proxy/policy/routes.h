@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Route selection: which [[routes]] entry (conf/config_routes.h) a request runs under.
 #pragma once
 

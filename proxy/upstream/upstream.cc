@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Connection pool to the origin: one UpstreamConn (upstream_conn.h) per TCP connection, reused
 // while keep-alive.
 #include "proxy/upstream/upstream.h"

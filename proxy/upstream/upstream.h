@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Connection pool to the origin, one per worker loop: send a request, parse its response,
 // enforce connect and response timeouts, and reuse keep-alive connections.
 #pragma once

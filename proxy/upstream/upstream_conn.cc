@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UpstreamConn (see upstream_conn.h).
 #include "proxy/upstream/upstream_conn.h"
 

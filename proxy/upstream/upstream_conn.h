@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One connection to the origin (the pool's, upstream.h): connect, send one call's request,
 // parse or stream its response, enforce its timeouts, and go back to the pool when reusable.
 // Internal to upstream/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An upstream group: server choice, passive and active health, DNS re-resolution, and the retry
 // on another server of a call that never reached one (see upstream_group.h).
 #include "proxy/upstream/upstream_group.h"

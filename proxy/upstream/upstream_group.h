@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An upstream group, one per worker loop and group: several servers, each with its own
 // connection pool. It picks a server for each call (round robin or least connections), takes
 // out a server that refuses connections or fails its health check and brings it back, re-resolves

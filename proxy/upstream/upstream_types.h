@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How an upstream call ended: the one upstream type the request's report (exchange/
 // report_types.h) and the metrics carry, without the pool's interfaces.
 #pragma once

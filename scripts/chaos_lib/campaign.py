@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One campaign: upstream, gateway, clients and nemesis for N minutes, then a clean restart, a
 replay of every key that got a final answer, the checks and the summary table."""
 import json

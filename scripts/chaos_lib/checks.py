@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The invariants, checked over the record of a campaign."""
 import json
 

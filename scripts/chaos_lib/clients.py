@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Concurrent clients that retry like real SDKs, and the record of everything they saw."""
 import http.client
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The campaign's fencing upstream (SPEC §12, docs/fencing.md): a payment API whose executions are
 rows it commits in the gateways' own PostgreSQL database, each in a transaction that first calls
 idemgate_fence(Idempotency-Record, Idempotency-Attempt). An execution is a committed row -- the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gateway processes under test: the real idemgate (with the fault shim preloaded), or a planted
 faulty one for --self-test. Each is (re)started on the same port and the same store."""
 import os

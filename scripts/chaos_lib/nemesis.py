@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The nemesis: at random moments kills and restarts the gateway on the same store, pauses it
 shorter and longer than the lease, fails and stalls the store's disk, steps the wall clock, and
 fills the disk. It marks the keys in flight when a fault hits them."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real PostgreSQL pair for the campaign: a primary and a streaming standby (synchronous, or
 asynchronous for the planted fault), killed, restarted, failed over and rebuilt. Mirrors
 tests/support/pg_cluster.cc (same initdb template, same settings; fsync off: the campaign kills

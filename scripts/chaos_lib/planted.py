@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A planted faulty gateway for --self-test: forwards every request (no idempotency), answers
 3% of POSTs with an invented 201 that never went upstream, and fails to start on start #3."""
 import http.client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """--self-test: the same campaign against planted faulty gateways; every invariant must catch
 at least one of them, and each planted gateway must be caught. Exit 1 if a fault is missed."""
 from . import campaign, checks

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The campaign's checker on hand-made records (python3 -m unittest, from scripts/)."""
 import json
 import unittest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The campaign's PostgreSQL pair: every fault the nemesis uses, twice in a row on the same
 directories and ports, and no acknowledged row lost (python3 -m unittest, from scripts/)."""
 import unittest

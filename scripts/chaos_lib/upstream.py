@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The campaign's upstream: logs every execution (key + a unique execution id) and answers at
 random: 2xx, 4xx, 5xx, slowly past the gateway's response_timeout, or closes without answering."""
 import http.server

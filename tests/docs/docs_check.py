@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the user documentation (README.md, docs/*.md) against the repository it ships in.
 
 - Every relative link resolves to a file inside the repository (nothing like ../shared/, which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers for the libFuzzer targets: invariant checks that abort, and input splitting.
 #pragma once
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Writes the hand-written seed corpus: tests/fuzz/corpus/<target>/ (run from anywhere).
 import os, struct
 root=os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')

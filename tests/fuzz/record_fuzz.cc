@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: DecodeRecord / DecodeRecordHeader on arbitrary bytes. A value that decodes
 // of the current format re-encodes to the same bytes (the encoding is canonical), and the two
 // decoders agree.

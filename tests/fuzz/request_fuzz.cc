@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: client bytes -> RequestParser (whole and split) -> guard, fingerprint,
 // upstream serialization, error responses; aborts when an invariant breaks.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: upstream bytes -> ResponseParser -> ToStoredResponse -> SerializeResponse,
 // and the serialized bytes must parse back to the same status, headers and body.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the JSON access log in file mode, its privacy, and reopen on SIGHUP.
 #include <chrono>
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: every /metrics series moves with its outcome; /healthz and /readyz.
 #include <chrono>
 #include <cstdlib>

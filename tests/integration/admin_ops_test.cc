@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the admin port's operator conveniences. A record found by the
 // access log's key_hash (no merchant credential needed), and JSON (never evhttp's HTML page) for
 // a method the admin API does not take.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the support-staff record API (token, lookup, delete unblocks a key).
 #include <regex>
 #include <thread>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: answers that end at their blank line whatever framing they announce
 // (RFC 9112 6.3: 1xx, 204, 304, and any answer to HEAD). A 304 carrying Content-Length (allowed
 // by RFC 9110 8.6) once made the gateway wait for body bytes that never come: the keep-alive

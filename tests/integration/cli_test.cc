@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: --check-config, --version, --help, and refusing bad configurations.
 #include <gtest/gtest.h>
 

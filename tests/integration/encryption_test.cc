@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Encryption at rest through the real binary (SPEC §13): a marker the upstream puts in a body
 // and a header is in no file of store.path nor of a backup with encryption on, and in both with
 // it off; key files refused; a key taken away (SIGHUP) answers 503 naming it without executing

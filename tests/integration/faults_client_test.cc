@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: a client that leaves after its request went upstream (the exchange
 // still completes and stores), and a crash mid-flight whose dead attempt never writes a result.
 #include <netinet/in.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the upstream cannot be connected to (refused, connect timeout
 // against a full accept queue): 502 upstream_unavailable, the claim released (R3, R3a); and a
 // pooled connection the upstream closed while idle is replaced transparently.

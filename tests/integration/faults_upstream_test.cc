@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: SPEC R4 upstream faults after the request was sent (stored as the
 // result, connection not reused), the same faults on passthrough (not stored), 1xx, chunked
 // and close-delimited upstream responses replayed byte for byte.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Integration fixture: the real gateway binary in front of a FakeUpstream or the demo API, with
 // RocksDB in a temp dir, on port 0. Helpers to write its config and send requests.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the guard's answers (SPEC §1-§3, §8), passthrough, and forwarding.
 #include "tests/integration/gateway_fixture.h"
 

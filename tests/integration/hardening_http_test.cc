@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: HTTP holes closed by issue 10 — a response transfer-coding the
 // gateway does not decode (#12), fingerprint header occurrences (#13), require_key on the
 // normalized path (#14), and headers that must reach the upstream listed in Connection (#15).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the README transcript (README "What a client sees") and every claim
 // outcome of SPEC §5.
 #include <set>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: SPEC §7 bad input and limits (400, 408, 413, 431, idle close), each
 // answered with a JSON error, the connection closed, nothing stored and nothing sent upstream;
 // pipelining in order, Expect: 100-continue and HTTP/1.0 keep-alive.

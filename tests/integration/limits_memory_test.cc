@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: back-pressure keeps the gateway's memory bounded (a client that
 // pipelines without reading, a client that reads a large answer slowly), and the cost of
 // 1,000 idle connections, measured as the gateway's VmRSS and reported.

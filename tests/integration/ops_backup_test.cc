@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Backup and restore through the real binary: POST /backup on the admin port writes a RocksDB
 // checkpoint while the gateway serves; after a kill -9, `idemgate --restore` copies it into a new
 // store directory, and every key completed before the backup replays its bytes from there.

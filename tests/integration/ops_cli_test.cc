@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: --version names the build, --check-config catches what would fail at
 // start on this host (proxy/preflight.cc), and a store that does not open says why.
 #include <regex>

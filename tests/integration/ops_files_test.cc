@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the files the gateway creates are private whatever the umask it is
 // started with: the store directory 0700 and its files 0600 (stored responses are payment data),
 // the access log 0640.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: what the gateway does with requests an operator's clients send
 // that are not quite HTTP/1.1: HTTP/1.0 without Host, empty credentials, HTTP/2 prefaces.
 #include <algorithm>

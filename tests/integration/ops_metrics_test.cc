@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: /metrics tells what is running (idemgate_build_info, process_*) and
 // what SIGHUP did (reloads by result, the running config's hash and load time).
 #include <chrono>

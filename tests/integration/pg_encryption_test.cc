@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Encryption at rest on PostgreSQL (SPEC §13 E6): a marker the upstream puts in a body and a
 // header is not in a pg_dump of the database with encryption on, and is with it off; a sealed
 // row's bytes copied onto another key's row (SQL, as someone with database access would) answer

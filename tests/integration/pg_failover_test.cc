@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SPEC §11 M3/M4: load through two gateways, kill -9 the primary, promote the standby. With a
 // synchronous standby every answer any client got is replayed identically afterwards (0 lost);
 // the control run (asynchronous, the standby's WAL receiver frozen and killed with the primary)

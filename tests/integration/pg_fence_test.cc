@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SPEC §12 through the binary: two gateways on one real PostgreSQL in front of the demo payment
 // API writing its intents into that same database and fencing them (docs/fencing.md). What a
 // user would see: the answers, and how many intents the database holds (which survives kill -9).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several gateway processes on one real PostgreSQL (tests/support/pg_cluster) in front of one
 // FakeUpstream: the fixture for SPEC §11's tests.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SPEC §11 M1/M2: two gateway processes on one PostgreSQL share one set of records.
 #include <gtest/gtest.h>
 

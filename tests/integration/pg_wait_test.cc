@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SPEC §10 W4 across instances on one PostgreSQL: a waiter on one instance learns of a
 // completion made on another by polling the shared store (backing off from 50 ms), and takes
 // over when the owning instance died (kill -9) and its lease ran out.

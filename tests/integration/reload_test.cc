@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIGHUP config reload through the real binary: a live key (limits.max_request_body) applies to
 // new exchanges on a connection that stays open, a restart-only key (store.path) is logged and
 // ignored, a broken file keeps the running config.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: the gateway's share of the host's resources. A second instance on
 // the same address refuses to start; the descriptor limit, max_connections and the budget of
 // unsent answers keep it up and cheap; a paused process still reads answers that arrived.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: a 409's Retry-After is when the first attempt's answer is likely
 // there (the p90 of the route's recent guarded upstream times, less how long the attempt has
 // run), at least 1 s and never past the lease left; with no recent times, the lease left.

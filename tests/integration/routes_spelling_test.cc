@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: a route's policy cannot be escaped by how a request spells its path or
 // its host, and one key sent under two host routes never gets the other backend's answer.
 // Each case was answered 201 and executed upstream unguarded (or replayed across backends)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shutdown (issue: exactly-once holes, item 3): an attempt still upstream when the grace period
 // ends leaves a stored indeterminate answer, synced before exit, so a retry after the restart
 // replays it instead of executing again; and the listener closes as soon as the drain starts.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: a start-up that fails exits promptly with its reason and a non-zero
 // status, every time (also when it fails after the admin thread and the store have started), and
 // --check-config lists every problem of a file in one run, listen/admin collisions and addresses

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: SIGHUP reads the listener's certificate and key again. A renewed pair
 // is verified and then served to new handshakes (openssl s_client sees the new serial); a pair
 // whose key does not match is refused, the running one kept, the reason logged and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS through the real binary: the client-facing listener (curl with the right CA, without it,
 // with the wrong one, TLS 1.1) and https upstreams (CA file, wrong CA, IP SAN, name mismatch).
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary: an upstream group of several fake servers. A server that refuses
 // connections is taken out and the request goes to another (no client sees an error for a
 // request that reached no server); a guarded request sent to a server that then resets is stored

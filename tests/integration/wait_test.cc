@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Through the real binary (SPEC §10, R6): a duplicate that finds its key in flight waits for the
 // first answer (Prefer: wait / idempotency.wait) instead of a 409, bounded and dropped cleanly;
 // replays say how old they are (Age).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The container image, run for real (podman, host network, a read-only root filesystem, the store
 # on a named volume, the config mounted read-only): the demo transcript through the container
 # (201, the replay with the same bytes, 422), the healthcheck, the non-root user, kill -9 of the

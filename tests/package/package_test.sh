@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Debian package, installed for real: builds idemgate_<version>-<revision>_amd64.deb with CPack
 # from the already-built tree, checks its control fields, files, man pages and copyright (and
 # runs lintian on it when installed: no errors), dpkg -i's it, checks the user, modes and

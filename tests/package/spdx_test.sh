@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/spdx on a scratch git repository: --check lists the source files without the SPDX line
 # (and not the data files), a run adds it as the first line (after a shebang, keeping the mode),
 # a second run changes nothing, and --check then passes.

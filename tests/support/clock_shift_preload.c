@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LD_PRELOAD shim for tests: shifts the wall clock (CLOCK_REALTIME, gettimeofday, time) of the
 // process by IDEMGATE_CLOCK_SHIFT_S seconds (may be negative). Monotonic clocks are untouched.
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The demo payment API: creates and serves payment intents, counting every POST it executes.
 #include "tests/support/demo_api.h"
 

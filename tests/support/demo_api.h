@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The demo payment API (README "What a client sees"): payment intents over evhttp, on its own
 // loop thread.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // demo-payment-api: the demo payment API as a program (README "What a client sees"), stopped by
 // SIGTERM or SIGINT.
 #include <pthread.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The demo payment API's PostgreSQL intents, fenced in the transaction that creates them.
 #include "tests/support/demo_ledger.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The demo payment API's intents in PostgreSQL -- the gateway's own database -- with the fence
 // in the transaction that creates an intent (SPEC §12 A2, docs/fencing.md): what a backend that
 // adopts fencing does, as users would copy it. Blocking libpq, one connection (a test backend).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One-time process setup for the test-support library's libevent loops.
 #include "tests/support/ev_util.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RAII owners for the libevent handles the test-support library uses, and one-time setup.
 #pragma once
 

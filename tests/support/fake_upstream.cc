@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FakeUpstream: reads requests off raw bufferevents, records them, then answers or misbehaves.
 #include "tests/support/fake_upstream.h"
 

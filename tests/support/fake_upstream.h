@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FakeUpstream: an in-process HTTP/1.1 origin on 127.0.0.1:0 that records requests and misbehaves
 // on demand, for fault-injection tests of the gateway.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* idemgate fault shim: host faults injected for real into an unmodified process (test only).
  *
  *   LD_PRELOAD=/path/libidemgate_fault_shim.so IDEMGATE_FAULT_FILE=/path/faults idemgate ...

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GatewayProcess: fork/exec with output captured through a pipe, bounded waits via pidfd + poll.
 #include "tests/support/gateway_process.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GatewayProcess: runs a program (the gateway, the demo API) as a child with captured output.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A test hosts file for one gateway process (LD_PRELOAD): getaddrinfo() of a name listed in the
 // file named by IDEMGATE_TEST_HOSTS ("ADDRESS NAME" lines, as /etc/hosts) resolves to the
 // addresses listed for it, in order. The file is read on every call, so a test changes a name's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TestClient: blocking sockets, poll() deadlines, and a deliberately simple response parser.
 #include "tests/support/http_client.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TestClient: a small blocking HTTP/1.1 client for tests, independent of the gateway's parser.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small HTTP/1.1 text helpers shared by the test-support pieces (independent of the gateway).
 #pragma once
 

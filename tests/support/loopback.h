@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plain TCP sockets on 127.0.0.1, for tests that need what TestClient and FakeUpstream do not
 // give: a raw connection (a reset, half-sent bytes, a small window, a filled backlog) or a port
 // the test owns (one that refuses, listens and never answers, or is served by hand).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real PostgreSQL cluster for tests.
 #include "tests/support/pg_cluster.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgCluster: a real PostgreSQL for tests, in a temp dir, on free loopback ports: a primary and
 // optionally a standby (synchronous or not); kill -9, stop, start, promote, and SQL through
 // libpq. The server refuses to run as root, so as root it runs as the `postgres` user.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TempDir: mkdtemp on construction, recursive removal on destruction.
 #include "tests/support/temp_dir.h"
 

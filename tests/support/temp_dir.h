@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TempDir: a fresh directory under $TMPDIR (or /tmp) for one test, removed with its contents.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS test tools: the openssl CLI for a throwaway PKI, curl as a TLS client (see tls_tools.h).
 #include "tests/support/tls_tools.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TLS test tools: a throwaway PKI made at test time with the openssl CLI (no key is committed),
 // and curl runs as child processes, for tests of the gateway's TLS listener and https upstreams.
 #pragma once

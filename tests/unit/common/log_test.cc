@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // common/log: the line format (RFC 3339 timestamp, level, subsystem, one line) and the
 // per-call-site rate limit.
 #include "common/log.h"

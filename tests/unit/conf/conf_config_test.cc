@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsing whole configurations: defaults, the shipped files, and every key of a full file.
 #include <gtest/gtest.h>
 

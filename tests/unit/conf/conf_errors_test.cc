@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad configurations are refused with the file, the line, the key and what is wrong.
 #include <gtest/gtest.h>
 

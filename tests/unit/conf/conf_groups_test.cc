@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Upstream groups in the configuration: [upstream] with url or servers, the group keys, and the
 // named groups [upstreams.NAME] that routes select.
 #include <gtest/gtest.h>

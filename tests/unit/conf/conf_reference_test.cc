@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The generated configuration reference (conf/config_reference.h): every key of the table is in
 // the Markdown and the man page with its default, bounds and reload behaviour.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The value syntaxes of the configuration: durations, sizes, addresses, upstream URLs, tokens.
 #include <gtest/gtest.h>
 

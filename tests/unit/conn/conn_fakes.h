@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-process fakes for the client side's seam: a ClientEnv whose streamed calls wait for the
 // test's answer (FakeStreamCall) and which records reports and closes, and a StreamSink that
 // records what a relay hands it. No Worker, no upstream process.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The passthrough relay driven in-process through its seam (a fake ClientEnv and a recording
 // StreamSink, no Worker, no upstream process): what goes upstream and when, what the client side
 // is handed, back-pressure both ways, the error answers, and the one report each request makes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-process fakes for driving an Exchange with no loop, no sockets, no threads and no sleeps:
 // a store that applies the real claim rules to a map but answers only when the test says so, an
 // upstream whose calls wait for the test's answer, timers on a fake clock, and a recording sink.

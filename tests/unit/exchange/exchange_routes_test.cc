@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Exchange under [[routes]], in-process (tests/unit/exchange_fakes.h): the matching route's
 // group, timeouts and limits reach the upstream call, its lease and ttl the claim, and a status in
 // its no_store_statuses is answered with the claim released, even when the release fails.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Exchange driven in-process (tests/unit/exchange_fakes.h): every SPEC §5 row, C3, R3a, R4,
 // the completion retry and its backoff, the lease deadline, takeover, the client gone in each
 // phase, and late callbacks after an early answer — with no processes and no sleeps.

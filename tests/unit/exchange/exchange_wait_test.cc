@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Waiting duplicates (SPEC §10) and Age (R6), driven in-process (tests/unit/exchange_fakes.h):
 // the real Exchange and WaitRegistry with the real claim rules, timers on a FakeClock, and
 // several fake loops sharing one registry — no processes, no sleeps.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ReplayCache and UnsentBudget: one shared copy per completed record, gone with a delete or its
 // expiry, bounded in bytes; one charge per shared body, released by its last holder.
 #include "proxy/exchange/replay_cache.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // http_message: hop-by-hop rules, the upstream request bytes, the stored and replayed response.
 #include "proxy/http/http_message.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RequestParser: framing, pipelining, limits, and every smuggling shape refused.
 #include <gtest/gtest.h>
 

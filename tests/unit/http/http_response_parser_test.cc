@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ResponseParser: each body framing, bodiless statuses, interim 1xx, EOF and limits.
 #include <gtest/gtest.h>
 

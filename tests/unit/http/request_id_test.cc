@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Request ids: 32 lowercase hex digits, fresh for every request and on every thread.
 #include "proxy/http/request_id.h"
 

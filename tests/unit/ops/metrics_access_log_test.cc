@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AccessLog: line format, key hash, drop-when-full, reopen ordering, flush on close.
 #include <gtest/gtest.h>
 #include <openssl/evp.h>

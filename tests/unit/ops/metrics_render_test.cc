@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metrics: shard aggregation, histogram buckets, and the Prometheus 0.0.4 text format.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config reload: live keys change, restart-only keys keep their running value and are named.
 #include "proxy/ops/reload.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The settings signature: what it covers, what it ignores, and that it never holds the secret.
 #include <gtest/gtest.h>
 

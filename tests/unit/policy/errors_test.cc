@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The error table: every code's status and a JSON body that parses; JsonEscape.
 #include "proxy/policy/errors.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SPEC §13 E3: with encryption on the guard keys the fingerprint (HMAC-SHA-256 under a key
 // derived from scope.secret) and keeps the plain one beside it for records stored before.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Guard: which requests are guarded, check order, key syntax, scope and fingerprint (SPEC §1-§4).
 #include "proxy/policy/guard.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // record_id: the Idempotency-Record value (SPEC §12 A1) is the documented formula
 // (docs/fencing.md), which the PostgreSQL schema computes too; a vector computed outside the code
 // (Python's hashlib), and the header lines.

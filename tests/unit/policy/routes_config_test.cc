@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // [[routes]] in the config: what each route's effective config holds, route selection, reload of
 // routes, and the routes' fingerprint headers in the settings signature.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The backends the store contract suite runs against: RocksDB in a temp dir with a FakeClock,
 // and PostgreSQL (a real server started once per test binary) with a moved database clock.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Online backups of the RocksDB store: a checkpoint taken while the writer commits holds every
 // record completed before it, with the store's meta files, and a restore copies it into a new
 // store that opens on its own.

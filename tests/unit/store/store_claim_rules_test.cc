@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SPEC §5 as a table: JudgeRecord (shared by the fast path and the writer) and DecideClaim, row
 // by row, plus the compare-and-set rules of Complete and Release (C3, R3a).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FakeClock moves only when told to; a wall-clock step leaves the monotonic clock alone.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store contract: every SPEC §5 row, C3, R3a, expiry, close, and concurrent claims, run
 // against every backend (RocksDB; PostgreSQL, a real server the test starts). Backend-specific
 // cases live in store_rocks_test.cc and store_pg_test.cc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Crash: a child completes records with sync=true and reports each; after SIGKILL all are there.
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A RocksDB FileSystem that injects disk faults in-process for the store's unit tests:
 // failing appends and syncs, a WAL sync that fails after its bytes were appended, and a WAL sync
 // that stalls until the test lets it go (no sleeps: the test waits for the stall to begin).

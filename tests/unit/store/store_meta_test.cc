@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's meta values (the settings signature): durable, never expired by the TTL compaction
 // filter, and never seen as a record.
 #include <gtest/gtest.h>

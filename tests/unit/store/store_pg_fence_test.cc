@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attempt fencing on PostgreSQL (SPEC §12 A2/A3), against a real server: a "backend" on its own
 // libpq connection calls idemgate_fence inside its transaction, and the stores' claims see what
 // it committed -- the interleavings of docs/fencing.md's table, one test each, and a race.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PgStore-only behaviour against a real PostgreSQL: the schema version, failing closed while the
 // database is down and recovering by itself, the synchronous-replication warning counted as an
 // unknown outcome and resolved with the same owner, background clean-up, stores sharing rows.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Record encoding: round trips, and decoding never crashes or accepts damaged bytes.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RocksStore-only cases against a real RocksDB: compaction, the block-cache tier, undecodable
 // values, physical deletion, open failures. The behaviour every backend shares is in
 // store_contract_test.cc.

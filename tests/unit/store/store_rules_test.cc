@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's decision rules as pure functions, and the writer's bookkeeping (writer_ledger).
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Encryption at rest below the store seam (SPEC §13): key files refused as E1 says, sealed bytes
 // that hide the answer and open only for their own record, attempt and scope (E2), and a
 // SealedStore over RocksDB: clear records from before, a copied value, a missing or wrong key,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for the store tests: temp directories and synchronous wrappers over the async Store.
 #pragma once
 

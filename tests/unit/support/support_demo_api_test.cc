@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The demo payment API, in-process and as the demo-payment-api program.
 #include <gtest/gtest.h>
 

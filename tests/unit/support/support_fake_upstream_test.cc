@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FakeUpstream: every programmable behaviour, observed through TestClient.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GatewayProcess and TempDir, driven with small shell scripts as the child program.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TestClient: response framing (length, chunked, EOF, none), pipelining, errors, exact raw bytes.
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UpstreamPool on a real libevent loop: when a connection may go back to the pool (an early
 // answer with the request still queued must not; upstream.idle_timeout retires idle ones), and
 // a TLS upstream cut without close_notify is a failure, not a complete close-delimited answer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UpstreamPool on a real libevent loop against FakeUpstream: the call's deadline (a guarded
 // attempt's lease) caps the connect and response timers, and without one they run in full.
 #include "proxy/upstream/upstream.h"
