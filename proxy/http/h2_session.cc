@@ -86,7 +86,7 @@ struct H2Session::Impl {
   H2Limits limits;
   std::function<int64_t()> clock;
   RateLimit control;
-  RateLimit resets;  // used only when nghttp2 lacks its own limit
+  RateLimit resets;  // RST_STREAM from the client (rapid reset)
   nghttp2_session* session = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams;
   std::vector<int32_t> drained;  // streams whose queued answer fell low in this send
@@ -200,11 +200,11 @@ int H2Session::Impl::OnFrameRecv(const nghttp2_frame* frame) {
         return Fail(NGHTTP2_ENHANCE_YOUR_CALM, "a flood of PING, SETTINGS or PRIORITY frames");
       }
       return 0;
-#ifndef IDEMGATE_HAVE_NGHTTP2_RESET_RATE_LIMIT
     case NGHTTP2_RST_STREAM:
+      // nghttp2's own limit (where it has one) queues a GOAWAY but reads on to the end of the
+      // input; this one stops at once.
       if (!resets.Take(clock())) return Fail(NGHTTP2_ENHANCE_YOUR_CALM, "rapid stream resets");
       return 0;
-#endif
     default:
       return 0;
   }
@@ -213,6 +213,7 @@ int H2Session::Impl::OnFrameRecv(const nghttp2_frame* frame) {
 int H2Session::Impl::OnFrameSend(const nghttp2_frame* frame) {
   if (frame->hd.type == NGHTTP2_GOAWAY) {
     goaway_code = frame->goaway.error_code;
+    if (goaway_code != NGHTTP2_NO_ERROR) failed = true;  // a connection error nghttp2 found
     return 0;
   }
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;

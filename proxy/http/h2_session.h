@@ -84,8 +84,11 @@ class H2Session {
   H2Session(const H2Session&) = delete;
   H2Session& operator=(const H2Session&) = delete;
 
-  // The client's bytes, from the connection preface on. False when the connection is over
-  // (a connection error: the GOAWAY that says why is queued for PullOutput).
+  // The client's bytes, from the connection preface on. False when the connection is over: a
+  // connection error (close_reason() says which; the GOAWAY is queued for PullOutput). One that
+  // nghttp2 finds itself shows once its GOAWAY went out, so after every Receive the caller
+  // pulls the output and closes once Finished(). Streams still open then get no
+  // OnStreamClosed: they end with the connection.
   bool Receive(std::string_view bytes);
   // Frames to send, one piece at a time; empty when nothing is ready. The view is valid until
   // the next call. Call it while the socket's output is below a high watermark, and not
