@@ -21,6 +21,7 @@
 namespace idemgate {
 
 class Exchange;
+class H2Conn;
 class Worker;
 
 class ClientConn final : public ResponseSink, public StreamReceiver {
@@ -55,6 +56,7 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
     kWriting,    // the answer is being written; then the next request is read
     kClosing,    // the last answer is being written; then the connection lingers
     kLingering,  // half-closed: discarding input until EOF or a short timeout
+    kHttp2,      // the client sent the HTTP/2 preface: h2_ serves the connection
   };
 
   static void ReadCb(bufferevent*, void* arg);
@@ -62,6 +64,7 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   static void EventCb(bufferevent*, short what, void* arg);
   void StartStream(bool serve);
   void OnFirstBytes();
+  bool TryHttp2();  // h2_conn.h: the preface starts HTTP/2 (SPEC §14 H1)
   void ProcessInput();
   void OnParsed();
   void StartExchange();
@@ -130,6 +133,7 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   State state_ = State::kIdle;
   Exchange* exchange_ = nullptr;
   Relay relay_;
+  std::unique_ptr<H2Conn> h2_;
   bool continue_sent_ = false;
   bool close_after_ = false;   // answer with Connection: close, then close
   bool head_request_ = false;  // the exchange in progress is a HEAD

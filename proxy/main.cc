@@ -209,6 +209,7 @@ class Server {
     if (!config.listen.tls_cert.empty()) {
       server_tls_ = MakeServerTlsContext(config.listen.tls_cert, config.listen.tls_key, error);
       if (!server_tls_) return false;
+      OfferAlpn(server_tls_.get(), config.listen.http2);
       gateway_.server_tls = server_tls_.get();
     }
     if (config.upstream.tls) {
