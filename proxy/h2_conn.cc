@@ -135,8 +135,8 @@ void H2Conn::OnRequest(int32_t id, Request request) {
   if (it == streams_.end() || closed_) return;
   Stream* s = it->second.get();
   s->request_done = true;
-  s->exchange = worker_->AddExchange(std::make_unique<Exchange>(
-      worker_, s, s->route, std::move(request), peer_ip_, tls_));
+  s->exchange = worker_->AddExchange(
+      std::make_unique<Exchange>(worker_, s, s->route, std::move(request), peer_ip_, tls_));
   s->exchange->Start();  // may answer at once (Stream::SendResponse)
 }
 
@@ -175,8 +175,8 @@ void H2Conn::Answer(Stream* s, std::shared_ptr<const StoredResponse> response, b
   if (closed_ || s->answered) return;
   s->answered = true;
   bool send_body = false;
-  H2Fields fields = H2AnswerFields(*response, replayed, extra_headers, s->head_request,
-                                   request_id, &send_body);
+  H2Fields fields =
+      H2AnswerFields(*response, replayed, extra_headers, s->head_request, request_id, &send_body);
   session_.SubmitResponse(s->id, std::move(fields), std::move(response), send_body);
   if (!in_session_) Flush();
 }

@@ -5,14 +5,14 @@
 // watermark, so a client that does not read stops the session producing (H4, H5).
 #pragma once
 
+#include <event2/bufferevent.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
-
-#include <event2/bufferevent.h>
 
 #include "proxy/event_util.h"
 #include "proxy/exchange_env.h"
@@ -38,10 +38,10 @@ class H2Conn final : public H2SessionHandler {
   H2Conn(const H2Conn&) = delete;
   H2Conn& operator=(const H2Conn&) = delete;
 
-  void Start();       // takes what is already in the input buffer
-  void OnRead();      // more input
-  void OnWritten();   // the output buffer drained below its low watermark
-  void Shutdown();    // H6: GOAWAY; open streams finish, then the connection closes
+  void Start();      // takes what is already in the input buffer
+  void OnRead();     // more input
+  void OnWritten();  // the output buffer drained below its low watermark
+  void Shutdown();   // H6: GOAWAY; open streams finish, then the connection closes
   // The connection is gone: every exchange still running detaches (and stores its result).
   void DetachAll();
 
@@ -72,7 +72,8 @@ class H2Conn final : public H2SessionHandler {
   std::shared_ptr<const Config> config_;  // the config in force when the connection began
   H2Session session_;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
-  // Streams whose request has not fully arrived, oldest first, with their deadline (client_timeout).
+  // Streams whose request has not fully arrived, oldest first, with their deadline
+  // (client_timeout).
   std::deque<std::pair<int64_t, int32_t>> deadlines_;
   Timer idle_timer_;
   Timer request_timer_;
