@@ -129,6 +129,10 @@ struct Config {
   std::vector<Route> routes;
   // In a route's effective config: the group `upstream` is a copy of ("" = [upstream]).
   std::string upstream_group;
+  // In a route's effective config: the route's host ("" = any). Part of a guarded request's
+  // fingerprint when set, so one key sent to two host routes (two backends) is a 422, never
+  // the other backend's replay.
+  std::string route_host;
 };
 
 // One [[routes]] entry: requests whose path starts with `prefix` (and whose Host is `host`, when

@@ -60,6 +60,8 @@ void ReadPrefixAndHost(const SectionReader& r, std::string name, Route* route) {
       r.Fail("host", "\"" + host + "\": give the host without a port (any port matches)");
     }
     route->host = ToLowerAscii(host);
+    // "pay.example." is the same DNS name (requests' hosts lose it too: NormalizeHost).
+    if (route->host.size() > 1 && route->host.back() == '.') route->host.pop_back();
     route->label += ", host \"" + route->host + "\"";
   }
   route->label += ")";
@@ -163,6 +165,7 @@ Route ReadRoute(const Context& ctx, const toml::table& table, size_t index, cons
   ReadGroup(r, base, &route, &effective);
   ReadNoStoreStatuses(r, &route);
   effective.idempotency.no_store_statuses = route.no_store_statuses;
+  effective.route_host = route.host;
   std::vector<SectionReader> subs;
   subs.reserve(kSubTables.size());
   for (std::string_view section : kSubTables) {
@@ -224,6 +227,7 @@ void RebuildRoutes(Config* config) {
       if (const KeySpec* key = FindKey(name)) CopyValue(key->field, *route.effective, &effective);
     }
     effective.idempotency.no_store_statuses = route.no_store_statuses;
+    effective.route_host = route.host;
     FitWaitsToLease(&effective);
     route.effective = std::make_shared<const Config>(std::move(effective));
   }

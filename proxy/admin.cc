@@ -11,6 +11,7 @@
 #include <openssl/evp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -52,6 +53,17 @@ void Reply(evhttp_request* req, int code, const char* reason, const char* conten
   evbuffer_add(out, body.data(), body.size());
   evhttp_send_reply(req, code, reason, out);
   evbuffer_free(out);
+}
+
+// How many times the request carries header `name` (case-insensitive, as evhttp looks it up):
+// a credential or token given twice is refused, as on the data plane (S3), not read as its first.
+int CountInputHeader(evhttp_request* req, const char* name) {
+  int count = 0;
+  const evkeyvalq* headers = evhttp_request_get_input_headers(req);
+  for (const evkeyval* h = headers->tqh_first; h != nullptr; h = h->next.tqe_next) {
+    if (strcasecmp(h->key, name) == 0) ++count;
+  }
+  return count;
 }
 
 void ReplyJson(evhttp_request* req, int code, const char* reason, const std::string& body) {
@@ -374,6 +386,11 @@ bool AdminServer::Authorize(evhttp_request* req, const Config& config) {
                "The record and backup API is off: [admin] token is not configured.");
     return false;
   }
+  if (CountInputHeader(req, "Authorization") > 1) {
+    ReplyError(req, 400, "Bad Request", "bad_request",
+               "The Authorization header was given more than once; give it once.");
+    return false;
+  }
   const char* header = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
   std::string given = BearerToken(header);
   // Compare digests so neither the content nor the length of the token leaks through timing.
@@ -497,6 +514,10 @@ void AdminServer::HandleRecords(evhttp_request* req) {
                       "The credential= query parameter is not accepted (URL decoding would alter "
                       "'+' in it): send the caller's credential header value in "
                       "X-Idemgate-Credential.");
+  }
+  if (CountInputHeader(req, kCredentialHeader) > 1) {
+    return ReplyError(req, 400, "Bad Request", "bad_request",
+                      "The X-Idemgate-Credential header was given more than once; give it once.");
   }
   if (!query.ok() || credential == nullptr || *credential == '\0' || raw_key == nullptr) {
     return ReplyError(req, 400, "Bad Request", "bad_request",

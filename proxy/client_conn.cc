@@ -235,7 +235,9 @@ void ClientConn::StartExchange() {
 void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
                               std::string_view extra_headers) {
   // This request's X-Request-Id goes back with its answer (a replay's too: not the stored one).
-  const std::string request_id = exchange_ ? exchange_->request_id() : std::string();
+  const std::string request_id = exchange_                     ? exchange_->request_id()
+                                 : state_ == State::kRelaying ? relay_.request_id
+                                                              : std::string();
   exchange_ = nullptr;
   if (state_ != State::kExchange && state_ != State::kRelaying) return;
   bool close = close_after_ || read_eof_ || worker_->draining();

@@ -65,6 +65,10 @@ bool ClientConn::DecideBody() {
     return false;
   }
   std::shared_ptr<const Config> route = SelectRoute(parser_config_, head);
+  if (route == nullptr) {
+    RespondError(ErrorCode::kBadRequest, AmbiguousRouteDetail(head));
+    return false;
+  }
   if (!IsPassthroughRequest(*route, head)) {
     route_ = route;  // the exchange runs under it (StartExchange): selected once
     if (parser_->DecideBody(route->limits.max_request_body, nullptr)) return true;

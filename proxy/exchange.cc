@@ -134,7 +134,12 @@ void Exchange::OnLoop(Fn fn) {
 
 void Exchange::Start() {
   request_id_ = AssignRequestId(&request_);  // forwarded with the request, and logged
-  config_ = SelectRoute(config_, request_);  // from here on, the route's policy
+  std::shared_ptr<const Config> route = SelectRoute(config_, request_);
+  if (route == nullptr) {  // the client connection refused it already, unless a reload came
+    outcome_ = Outcome::kRejected;
+    return RespondError(ErrorCode::kBadRequest, AmbiguousRouteDetail(request_));
+  }
+  config_ = std::move(route);  // from here on, the route's policy
   if (request_.body.size() > config_->limits.max_request_body) {  // a route's own limit
     outcome_ = Outcome::kRejected;
     return RespondError(ErrorCode::kRequestTooLarge, BodyLimitDetail(*config_));

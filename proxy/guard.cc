@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -204,13 +205,33 @@ std::string ResolveSegments(std::string_view path) {
   return out;
 }
 
+// `path` with every ';' parameter cut from its segments ("/a;x=1/b;y" -> "/a/b"), as Tomcat and
+// Spring read a path ("/v1/pay/..;/z" is "/v1/z" there).
+std::string StripSegmentParameters(std::string_view path) {
+  std::string out;
+  out.reserve(path.size());
+  bool in_parameter = false;
+  for (char c : path) {
+    if (c == '/') in_parameter = false;
+    if (c == ';') in_parameter = true;
+    if (!in_parameter) out.push_back(c);
+  }
+  return out;
+}
+
+// A path that every reading below reads the same: no escape, no backslash, no parameter, no
+// dot segment or empty segment to resolve.
+bool HasOneReading(std::string_view path) {
+  if (path.empty() || path.front() != '/') return false;
+  if (path.find_first_of("%\\;") != std::string_view::npos) return false;
+  return path.find("//") == std::string_view::npos && path.find("/.") == std::string_view::npos;
+}
+
 bool MatchesRequireKey(const Config& config, std::string_view target) {
   if (config.idempotency.require_key.empty()) return false;
-  // However the upstream reads the path (as sent, or decoded and resolved), a key is required
-  // when that reading falls under a prefix.
-  const std::string paths[] = {Lower(TargetPath(target)),
-                               NormalizeRequestPath(target, /*decode_all=*/false),
-                               NormalizeRequestPath(target, /*decode_all=*/true)};
+  // However the upstream reads the path, a key is required when that reading falls under a
+  // prefix.
+  const std::vector<std::string> paths = RequestPathReadings(target);
   for (const std::string& raw_prefix : config.idempotency.require_key) {
     std::string prefix = NormalizeRequestPath(raw_prefix, false);
     for (const std::string& path : paths) {
@@ -260,6 +281,25 @@ bool ListsProtectedHeader(const Config& config, const Request& request, GuardDec
 std::string NormalizeRequestPath(std::string_view target, bool decode_all) {
   std::string path = ResolveSegments(PercentDecode(TargetPath(target), decode_all));
   return Lower(path);
+}
+
+std::vector<std::string> RequestPathReadings(std::string_view target) {
+  const std::string_view raw = TargetPath(target);
+  if (HasOneReading(raw)) return {Lower(raw)};
+  const std::string all = PercentDecode(raw, /*decode_all=*/true);
+  const std::string twice = PercentDecode(all, /*decode_all=*/true);
+  std::string separators = twice;
+  std::replace(separators.begin(), separators.end(), '\\', '/');
+  std::vector<std::string> readings = {
+      Lower(raw),                                               // as sent: nothing resolved
+      Lower(ResolveSegments(PercentDecode(raw, false))),        // RFC 3986 normalization
+      Lower(ResolveSegments(all)),                              // every escape decoded
+      Lower(ResolveSegments(twice)),                            // decoded twice (%252e%252e)
+      Lower(ResolveSegments(StripSegmentParameters(separators)))  // '\' and ';' as some read them
+  };
+  std::sort(readings.begin(), readings.end());
+  readings.erase(std::unique(readings.begin(), readings.end()), readings.end());
+  return readings;
 }
 
 bool ParseIdempotencyKey(std::string_view raw, std::string* key) {
@@ -341,7 +381,8 @@ ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential
 }
 
 Fingerprint ComputeFingerprint(const Request& request,
-                               const std::vector<std::string>& fingerprint_headers) {
+                               const std::vector<std::string>& fingerprint_headers,
+                               std::string_view route_host) {
   Fingerprint out{};
   EVP_MD_CTX* ctx = ThreadDigestCtx();
   if (ctx == nullptr) return out;
@@ -351,6 +392,14 @@ Fingerprint ComputeFingerprint(const Request& request,
   AppendLengthPrefixed(ctx, request.body);
   for (const std::string& name : fingerprint_headers) {
     AppendFingerprintHeader(ctx, request.headers, name);
+  }
+  // Only under a host route: every other fingerprint stays as F1 defines it (records already
+  // stored keep matching). The "host" tag cannot be confused with a header part: a header part
+  // is a name followed by a value, and this one comes after all of them.
+  if (!route_host.empty()) {
+    static constexpr char kTag[] = "\0route-host";  // a NUL, which no header name holds
+    AppendLengthPrefixed(ctx, std::string_view(kTag, sizeof(kTag) - 1));
+    AppendLengthPrefixed(ctx, route_host);
   }
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, out.data(), &len);
@@ -424,7 +473,8 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   }
   d.kind = GuardKind::kGuarded;
   d.scope = ComputeScopeId(scope_header, *credential, config.scope.secret);
-  d.fingerprint = ComputeFingerprint(request, config.idempotency.fingerprint_headers);
+  d.fingerprint =
+      ComputeFingerprint(request, config.idempotency.fingerprint_headers, config.route_host);
   return d;
 }
 

@@ -3,6 +3,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "conf/config.h"
 #include "proxy/errors.h"
@@ -41,6 +42,16 @@ bool IsPassthroughRequest(const Config& config, const Request& request);
 // often is safe, too rarely is not. The target forwarded and fingerprinted stays as sent.
 std::string NormalizeRequestPath(std::string_view target, bool decode_all);
 
+// Every way an upstream might read the request's path, each as NormalizeRequestPath gives it
+// (lower-cased, for prefix matching), without duplicates: as sent (nothing decoded or resolved);
+// RFC 3986's normalization (unreserved escapes decoded, dot segments resolved); every escape
+// decoded; every escape decoded twice (a double-encoded "%252e%252e%252f" is "../" to a backend
+// that decodes again); and that last one with '\' read as '/' (IIS, some Windows and Node
+// stacks) and ';' parameters cut from each segment (Tomcat, Spring: "..;" is ".."). A path with
+// nothing to decode or resolve has one reading. require_key and route selection look at all of
+// them, so a spelling cannot take a request out from under a prefix.
+std::vector<std::string> RequestPathReadings(std::string_view target);
+
 // K1-K2: the key's value after sf-string unquoting, or nullopt-like empty + false when invalid.
 bool ParseIdempotencyKey(std::string_view raw, std::string* key);
 
@@ -48,9 +59,12 @@ bool ParseIdempotencyKey(std::string_view raw, std::string* key);
 ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential,
                        std::string_view secret);
 
-// F1: SHA-256 over length-prefixed method, target, body, then each fingerprint header.
+// F1: SHA-256 over length-prefixed method, target, body, then each fingerprint header; under
+// a host route, then its host (the request ran under that route: another route's backend is
+// another operation).
 Fingerprint ComputeFingerprint(const Request& request,
-                               const std::vector<std::string>& fingerprint_headers);
+                               const std::vector<std::string>& fingerprint_headers,
+                               std::string_view route_host = {});
 
 // F4: the first 16 hex digits.
 std::string FingerprintPrefix(const Fingerprint& fingerprint);

@@ -157,6 +157,29 @@ bool IsHopByHop(std::string_view name, const Headers& message_headers) {
   return IsHopByHop(name, ConnectionTokens(message_headers));
 }
 
+std::string_view TargetAuthority(std::string_view target) {
+  if (target.empty() || target.front() == '/') return {};
+  const size_t sep = target.find("://");
+  if (sep == std::string_view::npos || sep == 0 || target.find_first_of("/?#") < sep) return {};
+  std::string_view rest = target.substr(sep + 3);
+  return rest.substr(0, rest.find_first_of("/?#"));
+}
+
+std::string NormalizeHost(std::string_view host_or_authority) {
+  std::string_view host = TrimOws(host_or_authority);
+  const size_t at = host.rfind('@');
+  if (at != std::string_view::npos) host.remove_prefix(at + 1);
+  const size_t bracket = host.rfind(']');
+  const size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket)) {
+    host = host.substr(0, colon);
+  }
+  if (host.size() > 1 && host.back() == '.') host.remove_suffix(1);
+  std::string out(host);
+  for (char& c : out) c = LowerAscii(c);
+  return out;
+}
+
 std::string_view Request::Path() const {
   std::string_view t = target;
   size_t q = t.find('?');

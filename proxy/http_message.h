@@ -52,6 +52,15 @@ bool IsHopByHop(std::string_view name, const ConnectionTokens& listed);
 // The same, parsing `message_headers`' Connection tokens on each call: for a single name only.
 bool IsHopByHop(std::string_view name, const Headers& message_headers);
 
+// The authority of an absolute-form request-target ("http://user@Pay.Example:8080/x" ->
+// "user@Pay.Example:8080"); empty for the origin form ("/x"), "*" and anything else.
+std::string_view TargetAuthority(std::string_view target);
+
+// A Host value or an authority reduced to the host name routes compare: userinfo and port
+// dropped, ASCII lower-cased, one trailing dot removed ("PAY.example.:443" -> "pay.example",
+// the same DNS name), "[::1]:80" -> "[::1]".
+std::string NormalizeHost(std::string_view host_or_authority);
+
 struct Request {
   std::string method;  // as sent, e.g. "POST"
   std::string target;  // request-target exactly as sent (path and query)

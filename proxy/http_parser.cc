@@ -47,6 +47,16 @@ bool IsTchar(char c) {
   return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
+// At most 64 bytes of `text` for an error detail, anything but printable ASCII (and '"', '\\')
+// as '?', so the JSON error body stays valid UTF-8.
+std::string Printable(std::string_view text) {
+  std::string shown(text.substr(0, 64));
+  for (char& c : shown) {
+    if (c < 0x20 || c > 0x7E || c == '"' || c == '\\') c = '?';
+  }
+  return shown;
+}
+
 bool IsToken(std::string_view text) {
   if (text.empty()) return false;
   for (char c : text) {
@@ -191,6 +201,7 @@ struct Engine {
   int PushHeader();
   int OnHeadersComplete();
   int OnRequestHeadersComplete();
+  int CheckRequestHost();
   int OnResponseHeadersComplete();
   int OnMessageComplete();
   size_t Feed(const char* data, size_t len);
@@ -355,7 +366,24 @@ int Engine::OnRequestHeadersComplete() {
   if (!hold_at_headers && (parser.flags & F_CONTENT_LENGTH) && parser.content_length > max_body) {
     return FailContentLength(parser.content_length);
   }
-  return 0;
+  return CheckRequestHost();
+}
+
+// RFC 9112 3.2: one Host at most (two would let the gateway route by one and the upstream act
+// on the other); an absolute-form target's host is the one the upstream acts on (3.2.2), so a
+// Host that names another is refused rather than routed by either.
+int Engine::CheckRequestHost() {
+  if (CountHeader(headers, "Host") > 1) {
+    return Fail(ParseError::kMalformed, "The Host header was given more than once; give it once.");
+  }
+  const std::string_view authority = TargetAuthority(target);
+  const std::string* host = FindHeader(headers, "Host");
+  if (authority.empty() || host == nullptr) return 0;
+  if (NormalizeHost(authority) == NormalizeHost(*host)) return 0;
+  return Fail(ParseError::kMalformed,
+              "The request target names the host \"" + Printable(NormalizeHost(authority)) +
+                  "\" but the Host header names \"" + Printable(NormalizeHost(*host)) +
+                  "\"; send them the same.");
 }
 
 int Engine::OnResponseHeadersComplete() {
@@ -368,14 +396,17 @@ int Engine::OnResponseHeadersComplete() {
     return Fail(ParseError::kMalformed,
                 "The upstream switched protocols (101), which the gateway does not support.");
   }
+  parser.upgrade = 0;  // "Connection: upgrade" on any other status switches nothing
+  // RFC 9112 6.3: a 1xx, 204 or 304 answer, and any answer to HEAD, ends at its blank line,
+  // whatever Content-Length or Transfer-Encoding it announces (1 tells llhttp 8.1 so: it would
+  // wait for a 304's Content-Length bytes, which never come, and stall the connection).
   if (status >= 100 && status < 200) {
     interim = true;  // 100, 102, 103...: skipped; the final response follows
-    return 0;
+    return 1;
   }
-  if (head_request) return 1;  // a response to HEAD has no body, whatever it announces
+  if (head_request || status == 204 || status == 304) return 1;
   // A body with a transfer-coding the gateway does not decode would be stored and relayed still
-  // coded, framed by Content-Length, with nothing saying how to read it (llhttp frames even a
-  // 204 or 304 by its Transfer-Encoding; only a HEAD's answer, above, has no body for sure).
+  // coded, framed by Content-Length, with nothing saying how to read it.
   if ((parser.flags & F_TRANSFER_ENCODING) && !TransferEncodingIsPlainChunked(headers)) {
     return Fail(ParseError::kMalformed,
                 "The upstream's Transfer-Encoding is not exactly \"chunked\"; the gateway does "

@@ -6,46 +6,49 @@
 #include <string>
 
 #include "proxy/guard.h"
+#include "proxy/http_message.h"
 
 namespace idemgate {
 namespace {
 
-// The Host header's host, lower-cased, without its port ("[::1]:80" -> "[::1]").
+// The host the upstream acts on: an absolute-form target's (RFC 9112 3.2.2: the Host header is
+// then ignored; the parser refused a Host that disagrees), else the Host header's.
 std::string RequestHost(const Request& request) {
+  std::string_view authority = TargetAuthority(request.target);
+  if (!authority.empty()) return NormalizeHost(authority);
   const std::string* value = FindHeader(request.headers, "Host");
-  if (value == nullptr) return {};
-  std::string_view host = TrimOws(*value);
-  const size_t bracket = host.rfind(']');
-  const size_t colon = host.rfind(':');
-  if (colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket)) {
-    host = host.substr(0, colon);
+  return value == nullptr ? std::string() : NormalizeHost(*value);
+}
+
+int MatchPath(const Config& config, const std::string& path, const std::string& host) {
+  for (size_t i = 0; i < config.routes.size(); ++i) {
+    const Route& route = config.routes[i];
+    if (!route.host.empty() && host != route.host) continue;
+    if (path.compare(0, route.match_prefix.size(), route.match_prefix) == 0) {
+      return static_cast<int>(i);
+    }
   }
-  std::string out(host);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
+  return -1;
 }
 
 }  // namespace
 
 int MatchRoute(const Config& config, const Request& request) {
   if (config.routes.empty()) return -1;
-  std::optional<std::string> host;
-  // One reading, the one the upstream most likely acts on (as nginx's location matching, but
-  // case-insensitive): "/v1/exports/../payments" is a payments request.
-  const std::string path = NormalizeRequestPath(request.target, /*decode_all=*/true);
-  for (size_t i = 0; i < config.routes.size(); ++i) {
-    const Route& route = config.routes[i];
-    if (!route.host.empty()) {
-      if (!host) host = RequestHost(request);
-      if (*host != route.host) continue;
-    }
-    if (path.compare(0, route.match_prefix.size(), route.match_prefix) == 0) {
-      return static_cast<int>(i);
-    }
+  const std::string host = RequestHost(request);
+  // Every reading an upstream might make of the path (RequestPathReadings) must fall under the
+  // same route: "/v1/payments/a%2F..%2F..%2Fz" is /v1/payments/... to a router that keeps %2F in
+  // a segment and /z to one that decodes it, and running it under either would let the other's
+  // policy be skipped.
+  int chosen = -1;
+  bool first = true;
+  for (const std::string& path : RequestPathReadings(request.target)) {
+    const int index = MatchPath(config, path, host);
+    if (!first && index != chosen) return kAmbiguousRoute;
+    chosen = index;
+    first = false;
   }
-  return -1;
+  return chosen;
 }
 
 uint64_t MaxRequestBody(const Config& config) {
@@ -69,7 +72,18 @@ bool NotStored(const Config& config, int status) {
 std::shared_ptr<const Config> SelectRoute(const std::shared_ptr<const Config>& config,
                                           const Request& request) {
   const int index = MatchRoute(*config, request);
+  if (index == kAmbiguousRoute) return nullptr;
   return index < 0 ? config : config->routes[static_cast<size_t>(index)].effective;
+}
+
+std::string AmbiguousRouteDetail(const Request& request) {
+  std::string shown(request.Path().substr(0, 128));
+  for (char& c : shown) {
+    if (c < 0x21 || c > 0x7E || c == '"' || c == '\\') c = '?';
+  }
+  return "The path \"" + shown +
+         "\" reads as different routes depending on how its escapes, dot segments, '\\' or ';' "
+         "are interpreted; send it without encoded separators or dot segments.";
 }
 
 }  // namespace idemgate

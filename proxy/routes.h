@@ -9,12 +9,17 @@
 
 namespace idemgate {
 
-// The first route whose host (when it names one) is the request's Host without its port and
-// whose prefix starts the request's path, both normalized by NormalizeRequestPath (escapes
-// decoded, dot segments resolved, slashes merged, lower-cased): its effective config. No route
-// matches: `config` itself.
+// MatchRoute's answer when the readings of the path select different routes.
+inline constexpr int kAmbiguousRoute = -2;
+
+// The first route whose host (when it names one) is the host the request names (an absolute-form
+// target's, else Host's; NormalizeHost: no port, case or trailing dot) and whose prefix starts
+// the request's path, under every reading of the path (RequestPathReadings): its effective config.
+// No route matches: `config` itself. The readings disagree: nullptr (refused as ambiguous, with
+// AmbiguousRouteDetail's 400).
 std::shared_ptr<const Config> SelectRoute(const std::shared_ptr<const Config>& config,
                                           const Request& request);
+std::string AmbiguousRouteDetail(const Request& request);
 
 // The largest max_request_body of the top level and every route: the parser's bound before its
 // body decision (ClientConn::DecideBody) applies the chosen route's own limit.
@@ -26,7 +31,7 @@ std::string BodyLimitDetail(const Config& config);
 // Whether the route's no_store_statuses lists `status`: answered, not stored.
 bool NotStored(const Config& config, int status);
 
-// The matching route's index in config.routes, or -1.
+// The matching route's index in config.routes, -1 for none, or kAmbiguousRoute.
 int MatchRoute(const Config& config, const Request& request);
 
 }  // namespace idemgate

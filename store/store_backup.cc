@@ -94,6 +94,15 @@ StoreStatus WriteRocksCheckpoint(rocksdb::DB* db, const std::string& db_dir,
 
 std::string RestoreCheckpoint(const std::string& from, const std::string& store_path) {
   std::error_code ec;
+  // A backup is written as NAME.partial and renamed to NAME once it is complete and synced: a
+  // .partial directory is one that a crash or a failure left unfinished.
+  std::string name = fs::path(from).lexically_normal().filename().string();
+  if (name.empty()) name = fs::path(from).lexically_normal().parent_path().filename().string();
+  if (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0) {
+    return "'" + from +
+           "' is an unfinished backup (a .partial directory is renamed once the checkpoint is "
+           "complete); restore a finished one";
+  }
   if (!fs::is_regular_file(fs::path(from) / "CURRENT", ec)) {
     return "'" + from + "' is not a store checkpoint (it has no CURRENT file)";
   }

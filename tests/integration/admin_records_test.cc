@@ -55,6 +55,26 @@ TEST_F(RecordApiTest, RefusesAMissingOrWrongToken) {
   EXPECT_EQ(Post("r-auth", "{}").Header("Idempotent-Replayed"), "true");  // still there
 }
 
+// As on the data plane (S3), a credential or token given twice is refused, not read as its
+// first: the admin port never picks one of two scopes for the caller.
+TEST_F(RecordApiTest, RefusesATokenOrCredentialGivenTwice) {
+  StartWithAdmin(kToken);
+  ASSERT_EQ(Post("r-twice", "{}").status, 201);
+  HeaderList two_credentials = Auth(kToken);
+  two_credentials.emplace_back("X-Idemgate-Credential", "Bearer someone-else");
+  HeaderList two_tokens = Auth(kToken);
+  two_tokens.emplace_back("Authorization", "Bearer wrong-token");
+  for (const HeaderList& headers : {two_credentials, two_tokens}) {
+    for (const char* method : {"GET", "DELETE"}) {
+      HttpResponse r = Records(method, "key=r-twice", headers);
+      EXPECT_EQ(r.status, 400) << method << " " << r.raw;
+      EXPECT_NE(r.body.find("\"error\":\"bad_request\""), std::string::npos) << r.body;
+      EXPECT_NE(r.body.find("more than once"), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_EQ(Post("r-twice", "{}").Header("Idempotent-Replayed"), "true");  // not deleted
+}
+
 TEST_F(RecordApiTest, ReturnsTheRecordForTheRightToken) {
   StartWithAdmin(kToken);
   const std::string body = R"({"amount":"42"})";

@@ -184,5 +184,19 @@ TEST_F(BackupTest, RestoreRefusesADirectoryThatIsNoCheckpoint) {
   EXPECT_NE(r.output.find("is not a store checkpoint"), std::string::npos) << r.output;
 }
 
+// A backup is written as NAME.partial and renamed once complete: what a crash left under the
+// .partial name is not restored, and nothing is copied into store.path.
+TEST_F(BackupTest, RestoreRefusesAnUnfinishedPartialBackup) {
+  Set("store", "path", "\"" + dir_.Path("restored") + "\"");
+  std::string config = dir_.WriteFile("restore.toml", ConfigText());
+  dir_.WriteFile("backup-1.partial/CURRENT", "MANIFEST-000001\n");
+  for (const std::string& from : {dir_.Path("backup-1.partial"), dir_.Path("backup-1.partial/")}) {
+    RunResult r = RunGateway({"--restore", from, "--config", config});
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("unfinished backup"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_.Path("restored")));
+}
+
 }  // namespace
 }  // namespace idemgate::test

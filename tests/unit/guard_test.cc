@@ -87,14 +87,17 @@ TEST(Guard, RequireKeyMatchesTheNormalizedPath) {
   for (const char* target :
        {"/v1/pay", "http://x/v1/pay", "HTTP://X//v1/pay?a=b", "//v1/pay", "/V1/pay", "/v1/PAYments",
         "/v1//pay", "/./v1/pay", "/v2/../v1/pay", "/v1/%70ay", "/v1%2Fpay", "/v1/pay%2F..%2Fx",
-        "/v1/pay/../refunds"}) {  // the last one as sent: an upstream may not resolve ".."
+        "/v1/pay/../refunds",  // as sent: an upstream may not resolve ".."
+        "/v1/pa%2579",         // decoded twice, by a backend that decodes again
+        "/v1/x/%252e%252e/pay", "/v1/x/..%5Cpay", "/v1/x\\..\\pay", "/v1/x/..;/pay",
+        "/v1/pay;a=b", "/v1/x/..;a/pay"}) {
     Request r = Post({{"Authorization", "Bearer a"}});
     r.target = target;
     GuardDecision d = EvaluateGuard(config, r);
     EXPECT_EQ(d.kind, GuardKind::kReject) << target;
     EXPECT_EQ(d.error, ErrorCode::kIdempotencyKeyMissing) << target;
   }
-  for (const char* target : {"/v1/refunds", "/v1/pa", "/x/v1/pay", "/v1/p%61", "/v1/pa%2579",
+  for (const char* target : {"/v1/refunds", "/v1/pa", "/x/v1/pay", "/v1/p%61", "/v1/pa%25",
                              "http://x/v2/refunds?p=/v1/pay"}) {
     Request r = Post({{"Authorization", "Bearer a"}});
     r.target = target;

@@ -97,13 +97,40 @@ TEST(RoutesConfig, FirstMatchWinsHostWithoutPort) {
   EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1", "api.example.com:443")), 0);
   EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1", "other")), 1);
   EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/1")), 1);
-  EXPECT_EQ(MatchRoute(c, Req("/V1/./refunds", "API.EXAMPLE.COM")), 0);
+  EXPECT_EQ(MatchRoute(c, Req("/V1/Refunds", "API.EXAMPLE.COM")), 0);
+  EXPECT_EQ(MatchRoute(c, Req("/v1/refunds", "api.example.com.")), 0);  // the same DNS name
   EXPECT_EQ(MatchRoute(c, Req("/v2/x")), -1);
-  EXPECT_EQ(MatchRoute(c, Req("/v2/../v1/x")), 1);                       // dot segments resolved
-  EXPECT_EQ(MatchRoute(c, Req("/v1/../v2/x")), -1);                      // not the raw text
-  EXPECT_EQ(MatchRoute(c, Req("/v1%2Frefunds", "api.example.com")), 0);  // escapes decoded
-  EXPECT_EQ(MatchRoute(c, Req("http://h/v1//refunds?q", "api.example.com")), 0);
   EXPECT_EQ(MatchRoute(c, Req("/v1")), -1);  // "/v1/" is a string prefix
+  // The host the upstream acts on: an absolute-form target's (the parser refuses a Host that
+  // names another one).
+  EXPECT_EQ(MatchRoute(c, Req("http://API.example.com./v1/refunds?q")), 0);
+  EXPECT_EQ(MatchRoute(c, Req("http://h/v1/refunds?q", "api.example.com")), 1);
+}
+
+// Every reading an upstream might make of the path must select the same route; a path whose
+// readings disagree is ambiguous (refused), so no spelling runs it under a route whose policy
+// another reading would skip.
+TEST(RoutesConfig, APathWhoseReadingsSelectDifferentRoutesIsAmbiguous) {
+  Config c = ParseOk(kRoutes);
+  const char* api = "api.example.com";
+  for (const char* target : {
+           "/V1/./refunds",            // "." kept by a router that does not resolve it
+           "/v1//refunds",             // "//" kept by one that does not merge slashes
+           "/v2/../v1/x",              // ".." resolved into /v1/ by one, /v2/.. to another
+           "/v1/../v2/x",              // the reverse
+           "/v1%2Frefunds",            // %2F decoded by one, kept in the segment by another
+           "/v1/x%2F..%2Frefunds",     // encoded dot segments
+           "/v1/x/%252e%252e/refunds", // double-encoded dots
+           "/v1/x/..%5Crefunds",       // a backslash read as a separator
+           "/v1/x/..;/refunds",        // Tomcat's "..;" is ".."
+       }) {
+    EXPECT_EQ(MatchRoute(c, Req(target, api)), kAmbiguousRoute) << target;
+  }
+  // Readings that differ but fall under one route are not ambiguous.
+  EXPECT_EQ(MatchRoute(c, Req("/v1/refunds/a%2Fb", api)), 0);
+  EXPECT_EQ(MatchRoute(c, Req("/v1/refunds;jsessionid=1", api)), 0);
+  EXPECT_EQ(MatchRoute(c, Req("/v1/x/../y")), 1);
+  EXPECT_EQ(MatchRoute(c, Req("/v2/a%2Fb")), -1);
 }
 
 TEST(RoutesConfig, ReloadAppliesLiveRouteKeysOnTheMergedTopLevel) {
