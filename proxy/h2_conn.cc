@@ -123,6 +123,13 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool) {
   stream->head_request = head.method == "HEAD";
   H2BodyPlan plan;
   plan.mode = H2BodyPlan::Mode::kBuffer;
+  if (stream->route == nullptr) {  // the readings of its path select different routes
+    stream->answered = true;
+    SubmitError(id, ErrorCode::kBadRequest, AmbiguousRouteDetail(head));
+    plan.max_body = 1;  // its body is not wanted
+    streams_[id] = std::move(stream);
+    return plan;
+  }
   plan.max_body = stream->route->limits.max_request_body;
   deadlines_.emplace_back(worker_->MonoUs() / 1000 + config_->limits.client_timeout_ms, id);
   if (!request_timer_.armed()) ArmRequestTimer();
@@ -135,12 +142,18 @@ void H2Conn::OnRequest(int32_t id, Request request) {
   if (it == streams_.end() || closed_) return;
   Stream* s = it->second.get();
   s->request_done = true;
+  if (s->answered) return;  // refused at its head
   s->exchange = worker_->AddExchange(
       std::make_unique<Exchange>(worker_, s, s->route, std::move(request), peer_ip_, tls_));
   s->exchange->Start();  // may answer at once (Stream::SendResponse)
 }
 
 void H2Conn::OnRequestRejected(int32_t id, ErrorCode code, const std::string& detail) {
+  auto it = streams_.find(id);
+  if (it != streams_.end()) {
+    if (it->second->answered) return;  // refused already
+    it->second->answered = true;
+  }
   SubmitError(id, code, detail);
   if (!in_session_) Flush();
 }

@@ -2,10 +2,16 @@
 // (--http2-prior-knowledge on a plain port, --http2 by ALPN on TLS) and nghttp. The seed
 // transcript, fifty concurrent streams on one connection with one key, a request retried over
 // the other protocol, and listen.http2 = false.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <csignal>
+#include <functional>
 #include <regex>
 #include <string>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/h2_test_client.h"
 #include "tests/support/loopback.h"
 #include "tests/support/tls_tools.h"
 
@@ -14,6 +20,37 @@ namespace {
 
 constexpr char kBody[] = R"({"amount":"100000000"})";
 constexpr char kUpstreamBody[] = R"({"id":"pi_1","state":"created"})";
+
+using namespace std::chrono_literals;
+
+// Moves bytes between an in-memory HTTP/2 client and its socket to the gateway until `done()`
+// or the timeout; false on timeout.
+bool PumpSocket(h2test::TestClient& client, int fd, const std::function<bool()>& done,
+                std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string out = client.TakeOutput();
+    for (size_t sent = 0; sent < out.size();) {
+      const ssize_t n = send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return done();
+      sent += static_cast<size_t>(n);
+    }
+    if (done()) return true;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 20) <= 0) continue;
+    char buf[16384];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return done();
+    client.Feed(std::string(buf, static_cast<size_t>(n)));
+  }
+  return false;
+}
+
+h2test::Fields KeyedFields(const std::string& key) {
+  return {{"authorization", "Bearer merchant-demo"},
+          {"idempotency-key", key},
+          {"content-type", "application/json"}};
+}
 
 class Http2Test : public GatewayTest {
  protected:
@@ -167,6 +204,66 @@ TEST_F(Http2Test, TlsListenerOffersH2ByAlpn) {
   EXPECT_EQ(replay.status, 201);
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(upstream_.requests(), 1);
+}
+
+// H4: a stream the client resets after its request went upstream is detached like a closed
+// connection: the answer is stored, and the retry (on the same connection, and over HTTP/1.1)
+// replays it; the upstream executed once.
+TEST_F(Http2Test, ResetAfterTheRequestWentUpstreamStoresTheResult) {
+  upstream_.SetBehavior(
+      UpstreamBehavior::Respond(201, kUpstreamBody, {{"Content-Type", "application/json"}})
+          .WithDelay(500));
+  StartGateway();
+  UniqueFd fd = ConnectLoopback(port_);
+  ASSERT_TRUE(fd.valid());
+  h2test::TestClient client;
+  const int32_t first =
+      client.Request("POST", "/v1/payment_intents", KeyedFields("detach-1"), kBody);
+  ASSERT_TRUE(PumpSocket(client, fd.get(), [&] { return upstream_.requests() == 1; }));
+  client.Reset(first, NGHTTP2_CANCEL);
+  ASSERT_TRUE(PumpSocket(client, fd.get(), [&] { return client.streams[first].closed; }));
+  EXPECT_EQ(client.streams[first].status, 0);  // no answer came on the reset stream
+
+  h2test::Fields waiting = KeyedFields("detach-1");
+  waiting.push_back({"prefer", "wait=5"});  // SPEC §10: wait for the first attempt's answer
+  const int32_t retry = client.Request("POST", "/v1/payment_intents", waiting, kBody);
+  ASSERT_TRUE(PumpSocket(client, fd.get(), [&] { return client.streams[retry].closed; }));
+  EXPECT_EQ(client.streams[retry].status, 201);
+  EXPECT_EQ(client.streams[retry].Header("idempotent-replayed"), "true");
+  EXPECT_EQ(client.streams[retry].body, kUpstreamBody);
+
+  TestClient h1(port_);
+  HeaderList headers = kMerchant;
+  headers.push_back({"Idempotency-Key", "detach-1"});
+  headers.push_back({"Content-Type", "application/json"});
+  HttpResponse over_h1 = h1.Request("POST", "/v1/payment_intents", headers, kBody);
+  EXPECT_EQ(over_h1.status, 201);
+  EXPECT_EQ(over_h1.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(upstream_.requests(), 1);
+}
+
+// H6: at drain start the connection gets GOAWAY (NO_ERROR, naming the last stream taken), the
+// open stream still gets its answer, and the gateway exits cleanly.
+TEST_F(Http2Test, ShutdownSendsGoawayAndFinishesOpenStreams) {
+  upstream_.SetBehavior(
+      UpstreamBehavior::Respond(201, kUpstreamBody, {{"Content-Type", "application/json"}})
+          .WithDelay(800));
+  StartGateway();
+  UniqueFd fd = ConnectLoopback(port_);
+  ASSERT_TRUE(fd.valid());
+  h2test::TestClient client;
+  const int32_t id = client.Request("POST", "/v1/payment_intents", KeyedFields("drain-1"), kBody);
+  ASSERT_TRUE(PumpSocket(client, fd.get(), [&] { return upstream_.requests() == 1; }));
+  ASSERT_TRUE(gateway_.Kill(SIGTERM));
+  ASSERT_TRUE(PumpSocket(client, fd.get(), [&] { return client.streams[id].closed; }));
+  EXPECT_TRUE(client.goaway);
+  EXPECT_EQ(client.goaway_code, uint32_t{NGHTTP2_NO_ERROR});
+  EXPECT_EQ(client.goaway_last_stream, id);
+  EXPECT_EQ(client.streams[id].status, 201);
+  EXPECT_EQ(client.streams[id].body, kUpstreamBody);
+  std::optional<ExitStatus> status = gateway_.Wait();
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(status->exited() && status->code() == 0) << gateway_.log();
 }
 
 // listen.http2 = false: the preface gets today's 400, and curl's prior knowledge fails.
