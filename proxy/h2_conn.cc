@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "proxy/exchange.h"
+#include "proxy/guard.h"
+#include "proxy/h2_relay.h"
 #include "proxy/routes.h"
 #include "proxy/worker.h"
 
@@ -48,6 +50,7 @@ struct H2Conn::Stream final : ResponseSink {
   int32_t id;
   std::shared_ptr<const Config> route;  // selected from the head
   Exchange* exchange = nullptr;         // until it answers (or the stream goes)
+  std::unique_ptr<H2Relay> relay;       // a passthrough request, relayed instead
   bool head_request = false;
   bool request_done = false;
   bool answered = false;
@@ -76,6 +79,7 @@ void H2Conn::Start() {
 }
 
 void H2Conn::OnRead() {
+  retired_.clear();
   if (closed_) return;
   evbuffer* in = bufferevent_get_input(bev_);
   while (evbuffer_get_length(in) > 0) {
@@ -93,7 +97,10 @@ void H2Conn::OnRead() {
   Flush();
 }
 
-void H2Conn::OnWritten() { Flush(); }
+void H2Conn::OnWritten() {
+  retired_.clear();
+  Flush();
+}
 
 void H2Conn::Shutdown() {
   if (closed_) return;
@@ -107,15 +114,18 @@ void H2Conn::DetachAll() {
   idle_timer_.Cancel();
   request_timer_.Cancel();
   for (auto& [id, stream] : streams_) {
+    if (stream->relay) stream->relay->OnStreamGone(true);
     if (stream->exchange == nullptr) continue;
     stream->exchange->ClientClosed();
     stream->exchange->DetachClient();  // it runs on and stores its result; a retry replays
     stream->exchange = nullptr;
   }
+  // Freed with the connection: one of them may be what called in here.
+  for (auto& [id, stream] : streams_) retired_.push_back(std::move(stream));
   streams_.clear();
 }
 
-H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool) {
+H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_stream) {
   idle_timer_.Cancel();
   auto stream = std::make_unique<Stream>(this, id);
   // The limits in force when the request begins, as over HTTP/1.1 (a reload may have come).
@@ -131,6 +141,22 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool) {
     return plan;
   }
   plan.max_body = stream->route->limits.max_request_body;
+  if (IsPassthroughRequest(*stream->route, head)) {
+    // Relayed as it comes, acknowledged as the upstream takes it; no body limit of its own.
+    plan.mode = H2BodyPlan::Mode::kStream;
+    stream->request_done = true;  // from here the upstream call's timeouts apply
+    stream->answered = true;      // the relay answers
+    stream->relay = std::make_unique<H2Relay>(
+        worker_, &session_,
+        [this] {
+          if (!in_session_) Flush();
+        },
+        id, peer_ip_, tls_);
+    H2Relay* relay = stream->relay.get();
+    streams_[id] = std::move(stream);
+    relay->Start(head, end_stream, *streams_[id]->route);
+    return plan;
+  }
   deadlines_.emplace_back(worker_->MonoUs() / 1000 + config_->limits.client_timeout_ms, id);
   if (!request_timer_.armed()) ArmRequestTimer();
   streams_[id] = std::move(stream);
@@ -146,6 +172,22 @@ void H2Conn::OnRequest(int32_t id, Request request) {
   s->exchange = worker_->AddExchange(
       std::make_unique<Exchange>(worker_, s, s->route, std::move(request), peer_ip_, tls_));
   s->exchange->Start();  // may answer at once (Stream::SendResponse)
+}
+
+void H2Conn::OnRequestBody(int32_t id, std::string_view piece) {
+  auto it = streams_.find(id);
+  if (it == streams_.end() || !it->second->relay) return session_.Consume(id, piece.size());
+  it->second->relay->OnBody(piece);
+}
+
+void H2Conn::OnRequestEnd(int32_t id) {
+  auto it = streams_.find(id);
+  if (it != streams_.end() && it->second->relay) it->second->relay->OnEnd();
+}
+
+void H2Conn::OnResponseDrained(int32_t id) {
+  auto it = streams_.find(id);
+  if (it != streams_.end() && it->second->relay) it->second->relay->OnDrained();
 }
 
 void H2Conn::OnRequestRejected(int32_t id, ErrorCode code, const std::string& detail) {
@@ -172,11 +214,15 @@ void H2Conn::OnStreamClosed(int32_t id, H2StreamEnd how, uint32_t) {
   if (it == streams_.end()) return;
   std::unique_ptr<Stream> s = std::move(it->second);
   streams_.erase(it);
+  if (s->relay) s->relay->OnStreamGone(how == H2StreamEnd::kReset);
   if (s->exchange != nullptr) {
     // H4: reset before its answer: detached like a closed connection (its result is stored).
     if (how == H2StreamEnd::kReset) s->exchange->ClientClosed();
     s->exchange->DetachClient();
+    s->exchange = nullptr;
   }
+  // Freed once the loop is back here: its sink or relay may be what called into the session.
+  retired_.push_back(std::move(s));
   if (streams_.empty() && !closed_) idle_timer_.Arm(config_->limits.idle_timeout_ms);
 }
 
@@ -212,6 +258,7 @@ void H2Conn::Flush() {
 }
 
 void H2Conn::OnIdleTimer() {
+  retired_.clear();
   if (closed_ || !streams_.empty()) return;
   session_.Terminate(0, "idle");  // GOAWAY(NO_ERROR); closed once it is out
   Flush();

@@ -1,8 +1,9 @@
 // The HTTP/2 side of a client connection (SPEC §14): an H2Session fed from the connection's
 // bufferevent, each stream one Exchange answering through the stream's own ResponseSink, as an
-// HTTP/1.1 request would. The ClientConn that found the preface owns it and hands it its
-// socket events. Output is pulled from the session only while the socket's buffer is below a
-// watermark, so a client that does not read stops the session producing (H4, H5).
+// HTTP/1.1 request would, or (a passthrough request) one H2Relay streaming both ways. The
+// ClientConn that found the preface owns it and hands it its socket events. Output is pulled from
+// the session only while the socket's buffer is below a watermark, so a client that does not read
+// stops the session producing (H4, H5).
 #pragma once
 
 #include <event2/bufferevent.h>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "proxy/event_util.h"
 #include "proxy/exchange_env.h"
@@ -48,10 +50,11 @@ class H2Conn final : public H2SessionHandler {
   // H2SessionHandler.
   H2BodyPlan OnRequestHead(int32_t stream, const Request& head, bool end_stream) override;
   void OnRequest(int32_t stream, Request request) override;
-  void OnRequestBody(int32_t, std::string_view) override {}  // bodies are buffered
-  void OnRequestEnd(int32_t) override {}
+  void OnRequestBody(int32_t stream, std::string_view piece) override;  // relayed streams
+  void OnRequestEnd(int32_t stream) override;
   void OnRequestRejected(int32_t stream, ErrorCode code, const std::string& detail) override;
   void OnStreamClosed(int32_t stream, H2StreamEnd how, uint32_t error_code) override;
+  void OnResponseDrained(int32_t stream) override;
 
  private:
   struct Stream;
@@ -72,6 +75,7 @@ class H2Conn final : public H2SessionHandler {
   std::shared_ptr<const Config> config_;  // the config in force when the connection began
   H2Session session_;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Stream>> retired_;  // closed, freed on the next event
   // Streams whose request has not fully arrived, oldest first, with their deadline
   // (client_timeout).
   std::deque<std::pair<int64_t, int32_t>> deadlines_;

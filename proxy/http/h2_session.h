@@ -39,6 +39,11 @@ struct H2Limits {
   std::function<int64_t()> now_ms;  // a monotonic clock (default: steady_clock)
 };
 
+// RFC 9113 §7 error codes the callers use (RST_STREAM, GOAWAY).
+inline constexpr uint32_t kH2NoError = 0x0;
+inline constexpr uint32_t kH2InternalError = 0x2;
+inline constexpr uint32_t kH2Cancel = 0x8;
+
 // How a stream's request body is taken, decided from its head.
 struct H2BodyPlan {
   enum class Mode {

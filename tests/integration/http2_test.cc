@@ -266,6 +266,36 @@ TEST_F(Http2Test, ShutdownSendsGoawayAndFinishesOpenStreams) {
   EXPECT_TRUE(status->exited() && status->code() == 0) << gateway_.log();
 }
 
+// SPEC §14 H5: a passthrough request streams over HTTP/2 in both directions, with no body limit
+// of the gateway's own: an upload over limits.max_request_body reaches the upstream whole, and
+// an answer over limits.max_response_body reaches the client whole (buffered, each would fail).
+TEST_F(Http2Test, PassthroughStreamsBothWays) {
+  Set("limits", "max_request_body", "\"64KiB\"");
+  Set("limits", "max_response_body", "\"64KiB\"");
+  upstream_.SetBehavior(UpstreamBehavior::Respond(201, "stored", {}));
+  StartGateway();
+  std::string upload(3 << 20, 'u');
+  for (size_t i = 0; i < upload.size(); i += 4096) upload[i] = static_cast<char>('a' + i % 26);
+  const std::string file = dir_.WriteFile("upload.bin", upload);
+  CurlResult up =
+      RunCurl(dir_, {"--http2-prior-knowledge", "-X", "PUT", "--data-binary", "@" + file,
+                     "http://127.0.0.1:" + std::to_string(port_) + "/files/1"});
+  ASSERT_EQ(up.exit_code, 0) << up.output;
+  EXPECT_EQ(up.status, 201);
+  ASSERT_TRUE(upstream_.last_request());
+  EXPECT_EQ(upstream_.last_request()->body.size(), upload.size());
+  EXPECT_TRUE(upstream_.last_request()->body == upload);
+
+  upstream_.SetBehavior(UpstreamBehavior::BigBody(5 << 20));
+  CurlResult down = RunCurl(
+      dir_, {"--http2-prior-knowledge", "http://127.0.0.1:" + std::to_string(port_) + "/files/2"});
+  ASSERT_EQ(down.exit_code, 0) << down.output;
+  EXPECT_EQ(down.status, 200);
+  ASSERT_EQ(down.body.size(), 5u << 20);
+  EXPECT_EQ(down.body.substr(0, 5), "abcde");
+  EXPECT_EQ(down.Header("content-length"), std::to_string(5 << 20));
+}
+
 // listen.http2 = false: the preface gets today's 400, and curl's prior knowledge fails.
 TEST_F(Http2Test, Http2OffAnswersThePrefaceWith400) {
   Set("listen", "http2", "false");
