@@ -15,11 +15,11 @@
 
 #include "common/log.h"
 #include "common/thread_name.h"
-#include "proxy/access_log.h"
-#include "proxy/client_conn.h"
-#include "proxy/exchange.h"
+#include "proxy/conn/client_conn.h"
+#include "proxy/exchange/exchange.h"
 #include "proxy/log_limit.h"
-#include "proxy/metrics.h"
+#include "proxy/ops/access_log.h"
+#include "proxy/ops/metrics.h"
 
 namespace idemgate {
 

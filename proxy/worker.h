@@ -12,12 +12,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "proxy/errors.h"
-#include "proxy/event_util.h"
-#include "proxy/exchange_env.h"
-#include "proxy/gateway.h"
-#include "proxy/upstream.h"
-#include "proxy/upstream_group.h"
+#include "proxy/exchange/exchange_env.h"
+#include "proxy/net/event_util.h"
+#include "proxy/ops/gateway.h"
+#include "proxy/policy/errors.h"
+#include "proxy/upstream/upstream.h"
+#include "proxy/upstream/upstream_group.h"
 
 namespace idemgate {
 

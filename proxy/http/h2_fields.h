@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/errors.h"
-#include "proxy/http_message.h"
+#include "proxy/http/http_message.h"
+#include "proxy/policy/errors.h"
 #include "store/record.h"
 
 namespace idemgate {

@@ -12,9 +12,9 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/errors.h"
 #include "proxy/http/h2_fields.h"
-#include "proxy/http_message.h"
+#include "proxy/http/http_message.h"
+#include "proxy/policy/errors.h"
 #include "store/record.h"
 
 namespace idemgate {

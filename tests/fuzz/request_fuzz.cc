@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "conf/config.h"
-#include "proxy/errors.h"
-#include "proxy/guard.h"
-#include "proxy/http_message.h"
-#include "proxy/http_parser.h"
+#include "proxy/http/http_message.h"
+#include "proxy/http/http_parser.h"
+#include "proxy/policy/errors.h"
+#include "proxy/policy/guard.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace idemgate {

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/http_message.h"
-#include "proxy/http_parser.h"
+#include "proxy/http/http_message.h"
+#include "proxy/http/http_parser.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace idemgate {

@@ -360,7 +360,7 @@ TEST_F(RoutesTest, ARoutesFingerprintHeadersAreInTheStoresSignature) {
 
 TEST_F(RoutesTest, OldConfigFilesAreStillAccepted) {
   for (const char* file : {"/conf/idemgate.toml", "/conf/demo.toml",
-                           "/tests/unit/testdata/idemgate-before-groups.toml"}) {
+                           "/tests/unit/conf/testdata/idemgate-before-groups.toml"}) {
     RunResult r = RunGateway({"--check-config", "--config", std::string(SOURCE_DIR) + file});
     EXPECT_EQ(r.code, 0) << file << ": " << r.output;
   }

@@ -1,0 +1,146 @@
+// One client connection: read -> parse -> Exchange -> write, keep-alive and pipelining in
+// order, 100-continue, client and idle timeouts. A passthrough request is relayed instead
+// (client_relay.cc): its body and its answer stream through, with back-pressure both ways.
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "conf/config.h"
+#include "proxy/exchange/exchange_env.h"
+#include "proxy/http/http_parser.h"
+#include "proxy/net/event_util.h"
+#include "proxy/ops/metrics.h"
+#include "proxy/policy/errors.h"
+#include "proxy/upstream/upstream.h"
+
+namespace idemgate {
+
+class Exchange;
+class H2Conn;
+class Worker;
+
+class ClientConn final : public ResponseSink, public StreamReceiver {
+ public:
+  // `tls` (owned from here on; may be null) makes this an https connection.
+  ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls = nullptr);
+  ~ClientConn() override;
+  void Start();
+
+  // The exchange's answer. After it is written the connection reads the next request, or
+  // closes when the client or the gateway asked for that. The body is sent by reference (a
+  // replay's is shared with every other connection sending it); when what the socket does not
+  // take at once would pass limits.max_unsent_bytes, the connection is closed instead.
+  void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
+                    std::string_view extra_headers) override;
+  // Shutdown: close now when nothing is in progress; otherwise after the current answer.
+  void CloseWhenIdle();
+  bool tls() const { return tls_; }
+
+  // StreamReceiver: a relayed answer (client_relay.cc).
+  void OnResponseHead(Response head) override;
+  void OnResponseBody(std::string_view piece) override;
+  void OnRequestDrained() override;
+  void OnResponseFlush() override;
+
+ private:
+  enum class State {
+    kIdle,       // waiting for the first byte of a request (idle timer armed)
+    kReading,    // a request has begun (client timer armed)
+    kExchange,   // a complete request is being handled; input waits in the buffer
+    kRelaying,   // a passthrough request and its answer stream through (client_relay.cc)
+    kWriting,    // the answer is being written; then the next request is read
+    kClosing,    // the last answer is being written; then the connection lingers
+    kLingering,  // half-closed: discarding input until EOF or a short timeout
+    kHttp2,      // the client sent the HTTP/2 preface: h2_ serves the connection
+  };
+
+  static void ReadCb(bufferevent*, void* arg);
+  static void WriteCb(bufferevent*, void* arg);
+  static void EventCb(bufferevent*, short what, void* arg);
+  void StartStream(bool serve);
+  void OnFirstBytes();
+  bool TryHttp2();  // h2_conn.h: the preface starts HTTP/2 (SPEC §14 H1)
+  void ProcessInput();
+  void OnParsed();
+  void StartExchange();
+  void RespondError(ErrorCode code, const std::string& detail);
+  void OnTimer();
+  void Close(CloseReason reason);
+  void BeginIdle();
+  void BeginLinger();
+  std::shared_ptr<const Config> RefreshLimits();
+  [[nodiscard]] bool Write(std::string head, std::shared_ptr<const StoredResponse> body);
+  [[nodiscard]] bool QueueBody(evbuffer* out, std::shared_ptr<const StoredResponse> body,
+                               size_t offset);
+  void OnWritten();
+
+  // Relaying (client_relay.cc).
+  struct Relay {
+    StreamCall* call = nullptr;  // until the upstream call ends
+    bool call_started = false;   // before: the head and the body read so far wait in `up`
+    std::string up;              // the request's head (and body) not yet handed to the call
+    std::string out;             // answer bytes gathered for one direct write to the client
+    UpstreamLimits limits;
+    bool request_done = false;  // the request's body was all read and relayed
+    bool chunked_up = false;    // its body goes upstream chunked
+    bool head_sent = false;     // the answer's head was queued to the client
+    BodyFraming framing = BodyFraming::kNone;
+    bool client_paused = false;    // reading from the client stopped: the upstream is behind
+    bool upstream_paused = false;  // reading from the upstream stopped: the client is behind
+    bool write_low_set = false;    // the output's low watermark is set (back-pressure seen)
+    bool recorded = false;         // counted and logged
+    std::string method, path, request_id, error_detail;
+    int status = 0;
+    int upstream_status = 0;
+    std::optional<ErrorCode> error;
+    std::optional<UpstreamError> upstream_error;
+    int64_t started_us = 0;
+    int64_t upstream_us = -1;
+    uint64_t bytes_out = 0;
+  };
+  bool DecideBody();
+  void StartRelay(const Config& config);
+  void StartRelayCall();
+  void QueueOut(std::string_view bytes);
+  void FlushOut();
+  void PauseUpstreamIfBehind();
+  void RelayRequestBody(std::string_view piece);
+  void RelayRequestEnd();
+  void CheckUpstreamBacklog();
+  void OnRelayDone(UpstreamResult result);
+  void FinishRelay(bool clean);
+  void AbortRelay(ErrorCode code, const std::string& detail);
+  void RecordRelay(bool client_closed);
+  void OnRelayWritten();
+
+  Worker* worker_;
+  BufferEventPtr bev_;  // on a TLS port: made once the first byte tells TLS from plain HTTP
+  evutil_socket_t fd_ = -1;
+  SSL* pending_tls_ = nullptr;  // owned until bev_ takes it
+  EventPtr sniff_;              // waits for the first byte on a TLS port
+  std::string peer_ip_;
+  std::unique_ptr<RequestParser> parser_;
+  std::shared_ptr<const Config> parser_config_;  // the config the parser's limits came from
+  std::shared_ptr<const Config> route_;          // a guarded request's route under it (DecideBody)
+  int64_t client_timeout_ms_ = 0;
+  Timer timer_;
+  EventPtr resume_;  // continues after an answer the socket took at once
+  State state_ = State::kIdle;
+  Exchange* exchange_ = nullptr;
+  Relay relay_;
+  std::unique_ptr<H2Conn> h2_;
+  bool continue_sent_ = false;
+  bool close_after_ = false;   // answer with Connection: close, then close
+  bool head_request_ = false;  // the exchange in progress is a HEAD
+  bool http10_ = false;        // ... and came as HTTP/1.0 (keep-alive must be granted aloud)
+  bool read_eof_ = false;      // the client half-closed
+  bool closed_ = false;
+  bool tls_ = false;
+};
+
+}  // namespace idemgate

@@ -1,0 +1,348 @@
+// Request/Response helpers: header lookup, hop-by-hop rules, and the bytes sent up and down.
+#include "proxy/http/http_message.h"
+
+#include <algorithm>
+
+namespace idemgate {
+
+std::string_view TrimOws(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+namespace {
+
+char LowerAscii(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
+  return text.size() >= prefix.size() && HeaderNameEquals(text.substr(0, prefix.size()), prefix);
+}
+
+thread_local uint64_t connection_tokens_parsed = 0;
+
+// Orders names case-insensitively (ASCII), byte by byte after lower-casing.
+bool NameLess(std::string_view a, std::string_view b) {
+  size_t n = a.size() < b.size() ? a.size() : b.size();
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = static_cast<unsigned char>(LowerAscii(a[i]));
+    unsigned char y = static_cast<unsigned char>(LowerAscii(b[i]));
+    if (x != y) return x < y;
+  }
+  return a.size() < b.size();
+}
+
+bool MethodCarriesBody(std::string_view method) {
+  return method == "POST" || method == "PUT" || method == "PATCH";
+}
+
+void AppendHeader(std::string* out, std::string_view name, std::string_view value) {
+  out->append(name);
+  out->append(": ");
+  out->append(value);
+  out->append("\r\n");
+}
+
+}  // namespace
+
+ConnectionTokens::ConnectionTokens(const Headers& message_headers) {
+  for (const Header& h : message_headers) {
+    if (!HeaderNameEquals(h.name, "Connection")) continue;
+    std::string_view rest = h.value;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view token = TrimOws(rest.substr(0, comma));
+      if (!token.empty()) {
+        ++connection_tokens_parsed;
+        tokens_.push_back(token);
+      }
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  std::sort(tokens_.begin(), tokens_.end(), NameLess);
+  tokens_.erase(std::unique(tokens_.begin(), tokens_.end(), HeaderNameEquals), tokens_.end());
+}
+
+bool ConnectionTokens::Lists(std::string_view name) const {
+  auto it = std::lower_bound(tokens_.begin(), tokens_.end(), name, NameLess);
+  return it != tokens_.end() && HeaderNameEquals(*it, name);
+}
+
+uint64_t ConnectionTokensParsedForTest() { return connection_tokens_parsed; }
+
+bool HeaderNameEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (LowerAscii(a[i]) != LowerAscii(b[i])) return false;
+  }
+  return true;
+}
+
+const std::string* FindHeader(const Headers& headers, std::string_view name) {
+  for (const Header& h : headers) {
+    if (HeaderNameEquals(h.name, name)) return &h.value;
+  }
+  return nullptr;
+}
+
+int CountHeader(const Headers& headers, std::string_view name) {
+  int count = 0;
+  for (const Header& h : headers) {
+    if (HeaderNameEquals(h.name, name)) ++count;
+  }
+  return count;
+}
+
+std::string_view StandardReasonPhrase(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 102: return "Processing";
+    case 103: return "Early Hints";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 203: return "Non-Authoritative Information";
+    case 204: return "No Content";
+    case 205: return "Reset Content";
+    case 206: return "Partial Content";
+    case 300: return "Multiple Choices";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 402: return "Payment Required";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Entity";
+    case 425: return "Too Early";
+    case 428: return "Precondition Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+  }
+}
+
+bool IsHopByHop(std::string_view name, const ConnectionTokens& listed) {
+  static constexpr std::string_view kFixed[] = {"Connection", "Keep-Alive", "Transfer-Encoding",
+                                                "TE",         "Trailer",    "Upgrade"};
+  for (std::string_view fixed : kFixed) {
+    if (HeaderNameEquals(name, fixed)) return true;
+  }
+  if (StartsWithNoCase(name, "Proxy-")) return true;
+  return listed.Lists(name);
+}
+
+bool IsHopByHop(std::string_view name, const Headers& message_headers) {
+  return IsHopByHop(name, ConnectionTokens(message_headers));
+}
+
+std::string_view TargetAuthority(std::string_view target) {
+  if (target.empty() || target.front() == '/') return {};
+  const size_t sep = target.find("://");
+  if (sep == std::string_view::npos || sep == 0 || target.find_first_of("/?#") < sep) return {};
+  std::string_view rest = target.substr(sep + 3);
+  return rest.substr(0, rest.find_first_of("/?#"));
+}
+
+std::string NormalizeHost(std::string_view host_or_authority) {
+  std::string_view host = TrimOws(host_or_authority);
+  const size_t at = host.rfind('@');
+  if (at != std::string_view::npos) host.remove_prefix(at + 1);
+  const size_t bracket = host.rfind(']');
+  const size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos && (bracket == std::string_view::npos || colon > bracket)) {
+    host = host.substr(0, colon);
+  }
+  if (host.size() > 1 && host.back() == '.') host.remove_suffix(1);
+  std::string out(host);
+  for (char& c : out) c = LowerAscii(c);
+  return out;
+}
+
+std::string_view Request::Path() const {
+  std::string_view t = target;
+  size_t q = t.find('?');
+  return q == std::string_view::npos ? t : t.substr(0, q);
+}
+
+namespace {
+
+// The request line and headers sent upstream, without the framing header and the blank line.
+void AppendUpstreamHead(std::string& out, const Request& request, std::string_view client_ip,
+                        std::string_view proto, std::string_view default_host,
+                        std::string_view host_override) {
+  out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\n");
+  std::string forwarded_for;
+  bool has_host = false;
+  const ConnectionTokens listed(request.headers);
+  for (const Header& h : request.headers) {
+    if (IsHopByHop(h.name, listed)) continue;
+    if (!host_override.empty() && HeaderNameEquals(h.name, "Host")) continue;
+    has_host = has_host || HeaderNameEquals(h.name, "Host");
+    if (HeaderNameEquals(h.name, "Content-Length")) continue;
+    // The gateway already answered (or skipped) the 100-continue handshake; the body is whole.
+    if (HeaderNameEquals(h.name, "Expect")) continue;
+    // The gateway states the protocol it received; a client-sent value could be spoofed.
+    if (HeaderNameEquals(h.name, "X-Forwarded-Proto")) continue;
+    if (HeaderNameEquals(h.name, "X-Forwarded-For")) {
+      if (!forwarded_for.empty()) forwarded_for.append(", ");
+      forwarded_for.append(h.value);
+      continue;
+    }
+    AppendHeader(&out, h.name, h.value);
+  }
+  if (!host_override.empty()) {
+    AppendHeader(&out, "Host", host_override);
+  } else if (!has_host && !default_host.empty()) {
+    AppendHeader(&out, "Host", default_host);
+  }
+  if (!forwarded_for.empty()) forwarded_for.append(", ");
+  forwarded_for.append(client_ip);
+  AppendHeader(&out, "X-Forwarded-For", forwarded_for);
+  AppendHeader(&out, "X-Forwarded-Proto", proto);
+}
+
+}  // namespace
+
+std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
+                                     std::string_view proto, std::string_view default_host,
+                                     std::string_view host_override) {
+  std::string out;
+  out.reserve(256 + request.body.size());
+  AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
+  if (!request.body.empty() || MethodCarriesBody(request.method)) {
+    AppendHeader(&out, "Content-Length", std::to_string(request.body.size()));
+  }
+  out.append("\r\n");
+  out.append(request.body);
+  return out;
+}
+
+std::string SerializeUpstreamRequestHead(const Request& request, std::string_view client_ip,
+                                         std::string_view proto, std::string_view default_host,
+                                         std::string_view host_override) {
+  std::string out;
+  out.reserve(256);
+  AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
+  if (request.chunked) {
+    AppendHeader(&out, "Transfer-Encoding", "chunked");
+  } else if (request.content_length >= 0 || MethodCarriesBody(request.method)) {
+    AppendHeader(&out, "Content-Length",
+                 std::to_string(std::max<int64_t>(request.content_length, 0)));
+  }
+  out.append("\r\n");
+  return out;
+}
+
+StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
+  StoredResponse stored;
+  stored.status = response.status;
+  stored.reason = response.reason;
+  const ConnectionTokens listed(response.headers);
+  for (const Header& h : response.headers) {
+    if (IsHopByHop(h.name, listed)) continue;
+    if (HeaderNameEquals(h.name, "Content-Length") && !head_request) continue;
+    // The gateway's own header (R2: a first answer never carries it), even from a backend that
+    // deduplicates too.
+    if (HeaderNameEquals(h.name, "Idempotent-Replayed")) continue;
+    // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
+    // replay never carries the first request's.
+    if (HeaderNameEquals(h.name, "X-Request-Id")) continue;
+    // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
+    // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
+    if (use == AnswerUse::kStored && HeaderNameEquals(h.name, "Age")) continue;
+    stored.headers.emplace_back(h.name, h.value);
+  }
+  stored.body = response.body;
+  return stored;
+}
+
+namespace {
+
+// An answer's status line and stored headers, then X-Request-Id (this request's, in place of any
+// stored one) unless `request_id` is empty.
+void AppendStatusAndHeaders(std::string* out, const StoredResponse& response,
+                            std::string_view request_id) {
+  out->append("HTTP/1.1 ").append(std::to_string(response.status)).append(" ");
+  out->append(response.reason.empty() ? StandardReasonPhrase(response.status) : response.reason);
+  out->append("\r\n");
+  for (const auto& [name, value] : response.headers) {
+    if (!request_id.empty() && HeaderNameEquals(name, "X-Request-Id")) continue;
+    AppendHeader(out, name, value);
+  }
+  if (!request_id.empty()) AppendHeader(out, "X-Request-Id", request_id);
+}
+
+void AppendConnection(std::string* out, ConnectionHeader connection) {
+  if (connection == ConnectionHeader::kClose) AppendHeader(out, "Connection", "close");
+  if (connection == ConnectionHeader::kKeepAlive) AppendHeader(out, "Connection", "keep-alive");
+}
+
+}  // namespace
+
+std::string SerializeResponse(const StoredResponse& response, bool replayed,
+                              ConnectionHeader connection, bool head_request,
+                              std::string_view request_id) {
+  bool send_body = false;
+  std::string out = SerializeResponseHead(response, replayed, connection, head_request, &send_body,
+                                          {}, request_id);
+  if (send_body) out.append(response.body);
+  return out;
+}
+
+std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
+                                  ConnectionHeader connection, bool head_request, bool* send_body,
+                                  std::string_view extra_headers, std::string_view request_id) {
+  std::string out;
+  out.reserve(256);
+  AppendStatusAndHeaders(&out, response, request_id);
+  if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
+  out.append(extra_headers);
+  const bool no_body_status =
+      (response.status >= 100 && response.status < 200) || response.status == 204 ||
+      response.status == 304;
+  // HEAD: the stored body of a HEAD response is empty, and an empty body gets no Content-Length
+  // (it would claim the resource is empty). A non-empty body still tells its size, unsent.
+  const bool write_length = !no_body_status && !(head_request && response.body.empty());
+  if (write_length) AppendHeader(&out, "Content-Length", std::to_string(response.body.size()));
+  AppendConnection(&out, connection);
+  out.append("\r\n");
+  *send_body = !no_body_status && !head_request && !response.body.empty();
+  return out;
+}
+
+std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
+                                          int64_t length, ConnectionHeader connection,
+                                          std::string_view request_id) {
+  std::string out;
+  out.reserve(256);
+  AppendStatusAndHeaders(&out, response, request_id);
+  if (framing == BodyFraming::kLength) AppendHeader(&out, "Content-Length", std::to_string(length));
+  if (framing == BodyFraming::kChunked) AppendHeader(&out, "Transfer-Encoding", "chunked");
+  AppendConnection(&out, connection);
+  out.append("\r\n");
+  return out;
+}
+
+}  // namespace idemgate

@@ -1,0 +1,157 @@
+// Prometheus metrics: per-worker shards of relaxed atomic counters and histograms, written on
+// the data plane without locks and summed only when /metrics is scraped.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proxy/exchange/exchange.h"
+#include "proxy/policy/errors.h"
+#include "proxy/upstream/upstream.h"
+
+namespace idemgate {
+
+class MetricsWriter;
+
+inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kRejected) + 1;
+inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::kUpstreamTimeout) + 1;
+inline constexpr size_t kUpstreamErrorCount = static_cast<size_t>(UpstreamError::kTimeout) + 1;
+
+// The codes an answer with outcome "rejected" can carry: those the gateway answers before
+// anything went upstream, outside the in_flight (409) and mismatch (422) outcomes. Only these get
+// an idemgate_requests_total{outcome="rejected",code} series, so no series stays 0 forever.
+bool CanBeRejected(ErrorCode code);
+
+enum class StoreOp { kClaim, kComplete, kRelease };
+inline constexpr size_t kStoreOpCount = 3;
+
+// Fixed upper bounds (inclusive, in the histogram's unit); +Inf is implicit.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<uint64_t> bounds);
+  void Observe(uint64_t value);  // thread-safe (relaxed)
+  // Adds this histogram's counts into `counts` (size bounds+1) and `sum`.
+  void AddTo(std::vector<uint64_t>* counts, uint64_t* sum) const;
+  const std::vector<uint64_t>& bounds() const { return bounds_; }
+
+ private:
+  std::vector<uint64_t> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1
+  std::atomic<uint64_t> sum_{0};
+};
+
+// What one finished exchange contributes.
+struct ExchangeSample {
+  Outcome outcome = Outcome::kPassthrough;
+  std::optional<ErrorCode> error;  // the gateway's own error answer, if any
+  int upstream_status = 0;         // 0: no upstream response
+  std::optional<UpstreamError> upstream_error;
+  int64_t total_us = 0;
+  int64_t upstream_us = -1;           // -1: nothing went upstream
+  WaitEnd wait_end = WaitEnd::kNone;  // a duplicate that waited for a first answer (§10)
+  int64_t wait_us = -1;               // -1: did not wait
+};
+
+// Why a client connection was closed (every close carries one).
+enum class CloseReason {
+  kClientClosed,  // the client closed its side before or between requests
+  kSocketError,   // a read or write failed (reset, TLS error)
+  kIdleTimeout,   // limits.idle_timeout between requests, or a client that read nothing
+  kAfterAnswer,   // Connection: close, HTTP/1.0, or an error that ends the connection
+  kShutdown,      // the gateway is draining
+  kWriteFailed,   // the answer could not be queued (limits.max_unsent_bytes, no memory)
+};
+inline constexpr size_t kCloseReasonCount = static_cast<size_t>(CloseReason::kWriteFailed) + 1;
+const char* CloseReasonName(CloseReason reason);
+
+// One worker's counters. Written by its loop (and nothing else on the hot path).
+class MetricsShard {
+ public:
+  MetricsShard();
+  void RecordExchange(const ExchangeSample& sample);
+  void RecordStoreOp(StoreOp op, int64_t micros);
+  void ConnectionOpened() { connections_.fetch_add(1, std::memory_order_relaxed); }
+  void ConnectionClosed(CloseReason reason) {
+    connections_.fetch_sub(1, std::memory_order_relaxed);
+    Inc(closed_[static_cast<size_t>(reason)]);
+  }
+  void ConnectionRefused() { Inc(connections_refused_); }  // limits.max_connections
+  void AcceptError() { Inc(accept_errors_); }
+  void AnswerDropped() { Inc(answers_dropped_); }  // limits.max_unsent_bytes
+
+ private:
+  friend class Metrics;
+  static void Inc(std::atomic<uint64_t>& counter) {
+    counter.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  std::array<std::atomic<uint64_t>, kOutcomeCount> outcomes_{};
+  std::array<std::atomic<uint64_t>, kErrorCodeCount> rejected_{};  // outcome rejected, by code
+  std::array<std::atomic<uint64_t>, kErrorCodeCount> errors_{};    // every error answer
+  std::array<std::atomic<uint64_t>, 5> status_classes_{};          // upstream 1xx..5xx
+  std::array<std::atomic<uint64_t>, kUpstreamErrorCount> upstream_errors_{};
+  std::atomic<int64_t> connections_{0};
+  std::atomic<uint64_t> connections_refused_{0};
+  std::array<std::atomic<uint64_t>, kCloseReasonCount> closed_{};  // by CloseReason
+  std::atomic<uint64_t> accept_errors_{0};
+  std::atomic<uint64_t> answers_dropped_{0};
+  std::deque<Histogram> request_latency_;  // by Outcome (a deque: Histogram does not move)
+  Histogram upstream_latency_;
+  std::array<std::atomic<uint64_t>, kWaitEndCount> waits_{};  // §10: by WaitEnd (kNone unused)
+  Histogram wait_latency_;
+  std::array<Histogram, kStoreOpCount> store_latency_;  // by StoreOp
+};
+
+class Metrics {
+ public:
+  explicit Metrics(int shards);
+  MetricsShard& shard(int index) { return *shards_[index]; }
+  int shard_count() const { return static_cast<int>(shards_.size()); }
+
+  // Group-commit batch sizes, from the store's writer thread (thread-safe).
+  void ObserveBatchSize(size_t records) { batch_size_.Observe(records); }
+  // Gauges read at scrape time (set once at start-up, before any scrape).
+  void SetRecordsSource(std::function<uint64_t()> fn) { records_ = std::move(fn); }
+  void SetAccessLogDroppedSource(std::function<uint64_t()> fn) { log_dropped_ = std::move(fn); }
+  // More families, rendered at scrape time after these (build, process, reload: ops_metrics.h).
+  void SetExtraSource(std::function<std::string()> fn) { extra_ = std::move(fn); }
+  void SetUnsentBytesSource(std::function<uint64_t()> fn) { unsent_bytes_ = std::move(fn); }
+  // POST /backup's outcome (the admin thread); `unix_ms`: when a written one finished.
+  void BackupFinished(bool written, int64_t unix_ms) {
+    (written ? backups_written_ : backups_failed_).fetch_add(1, std::memory_order_relaxed);
+    if (written) last_backup_ms_.store(unix_ms, std::memory_order_relaxed);
+  }
+  void SetWaitersSource(std::function<uint64_t()> fn) { waiters_ = std::move(fn); }
+
+  // The Prometheus text exposition format, version 0.0.4.
+  std::string Render() const;
+
+ private:
+  void RenderHistograms(MetricsWriter* w) const;
+  void RenderGauges(MetricsWriter* w) const;
+  void RenderConnectionLimits(MetricsWriter* w) const;
+  void RenderWaits(MetricsWriter* w) const;
+
+  std::vector<std::unique_ptr<MetricsShard>> shards_;
+  Histogram batch_size_;
+  std::function<uint64_t()> records_;
+  std::function<uint64_t()> log_dropped_;
+  std::function<std::string()> extra_;
+  std::function<uint64_t()> unsent_bytes_;
+  std::atomic<uint64_t> backups_written_{0};
+  std::atomic<uint64_t> backups_failed_{0};
+  std::atomic<int64_t> last_backup_ms_{0};  // 0: none written since start
+  std::function<uint64_t()> waiters_;
+};
+
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+}  // namespace idemgate
