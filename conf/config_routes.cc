@@ -130,9 +130,10 @@ void CheckRouteLeaseAndTtl(const Context& ctx, const SectionReader& route,
   }
 }
 
-// CheckWait's rule (wait <= max_wait <= lease; README "Waiting instead of 409") for the route. A
-// route sets its lease, not the waits, so a lease shorter than the top level's max_wait (or
-// wait) caps them for that route: no duplicate waits past the lease of the attempt it waits for.
+// CheckWait's rule (wait <= max_wait <= lease; docs/behaviour.md "Waiting instead of 409") for the
+// route. A route sets its lease, not the waits, so a lease shorter than the top level's max_wait
+// (or wait) caps them for that route: no duplicate waits past the lease of the attempt it waits
+// for.
 void FitWaitsToLease(Config* c) {
   auto& id = c->idempotency;
   id.max_wait_ms = std::min(id.max_wait_ms, id.lease_ms);

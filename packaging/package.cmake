@@ -22,6 +22,8 @@ install(FILES ${CMAKE_BINARY_DIR}/packaging/idemgate.toml DESTINATION /etc/idemg
 install(FILES ${CMAKE_SOURCE_DIR}/conf/idemgate.service DESTINATION /lib/systemd/system)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/conf/idemgate.toml
   DESTINATION share/doc/idemgate)
+# The README links into docs/: install it beside the README so the links hold in the package.
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs DESTINATION share/doc/idemgate)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME idemgate)

@@ -21,9 +21,9 @@ namespace {
 constexpr size_t kBlockCacheBytes = 32 << 20;
 constexpr size_t kWriteBufferBytes = 16 << 20;
 constexpr uint64_t kPeriodicCompactionSeconds = 12 * 3600;
-// kDynamic: filling a store to 3.5M records (issue 15, README Performance), fresh CPU per request
-// stayed at 39-44 us with these, against 44 -> 52 us with the static defaults (256 MiB base,
-// 64 MiB files), whose compaction threads grew from 4 to 13 us per request.
+// kDynamic: filling a store to 3.5M records (docs/performance.md "As the store grows"), fresh CPU
+// per request stayed at 39-44 us with these, against 44 -> 52 us with the static defaults
+// (256 MiB base, 64 MiB files), whose compaction threads grew from 4 to 13 us per request.
 constexpr uint64_t kDynamicLevelBaseBytes = 32 << 20;
 constexpr uint64_t kDynamicTargetFileBytes = 8 << 20;
 

@@ -1,5 +1,6 @@
 // Online backups of the embedded store: a RocksDB checkpoint written while the gateway serves,
-// and the restore that copies one into a new store directory (README "Backup and restore").
+// and the restore that copies one into a new store directory (docs/operations.md "Backup and
+// restore").
 #pragma once
 
 #include <string>

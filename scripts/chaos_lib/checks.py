@@ -51,7 +51,7 @@ def check(rec, execs, replays, takeover, violations):
         if not stored and replays.get(key) is None and rec.hits.get(key, set()) & EXCUSES:
             # Nothing was ever stored and the record is still in flight at the replay: its
             # lease, on the wall clock, outlasts the replay (a backward clock step after the
-            # claim extends it: availability, README "Known, not fixed").
+            # claim extends it: availability, docs/behaviour.md "Known limits").
             not_recorded["(still in flight at the replay)"] = (
                 not_recorded.get("(still in flight at the replay)", 0) + 1)
             continue

@@ -1,4 +1,5 @@
-// Through the real binary: the SPEC §10 transcript and every claim outcome of SPEC §5.
+// Through the real binary: the README transcript (README "What a client sees") and every claim
+// outcome of SPEC §5.
 #include <set>
 
 #include "tests/integration/gateway_fixture.h"

@@ -170,7 +170,8 @@ TEST_F(GatewayTest, EveryAnswerReturnsItsOwnRequestId) {
       << log;
 }
 
-// Operators find the gateway's threads by name in `top -H`, `ps -L` and gdb (README, threads).
+// Operators find the gateway's threads by name in `top -H`, `ps -L` and gdb (docs/operations.md
+// "Threads").
 TEST_F(GatewayTest, ThreadsCarryTheirNames) {
   Set("log", "access", "\"" + dir_.Path("access.log") + "\"");
   StartGateway();

@@ -149,9 +149,9 @@ idempotency = { lease = "300s" }
   EXPECT_LE(retry_after("/v1/other", "k-fast"), 30);
 }
 
-// Waiting on a route (README "Waiting instead of 409"): its lease (2s) is shorter than the top
-// level's max_wait (30s), so a duplicate's Prefer: wait=20 is capped at the lease, and it still
-// gets the first answer.
+// Waiting on a route (docs/behaviour.md "Waiting instead of 409"): its lease (2s) is shorter than
+// the top level's max_wait (30s), so a duplicate's Prefer: wait=20 is capped at the lease, and it
+// still gets the first answer.
 TEST_F(RoutesTest, ARouteLeaseCapsTheWait) {
   Set("upstream", "connect_timeout", "\"200ms\"");
   Set("upstream", "response_timeout", "\"1500ms\"");

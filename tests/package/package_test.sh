@@ -53,7 +53,7 @@ for lib in $(ldd "$build/idemgate" | awk '$2 == "=>" {print $1, $3}' |
 done
 contents="$(dpkg-deb -c "$deb")"
 for f in ./usr/bin/idemgate ./etc/idemgate/idemgate.toml ./lib/systemd/system/idemgate.service \
-    ./usr/share/doc/idemgate/README.md; do
+    ./usr/share/doc/idemgate/README.md ./usr/share/doc/idemgate/docs/behaviour.md; do
   grep -q " $f\$" <<<"$contents" || fail "package lacks $f"
 done
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/idemgate/idemgate.toml ||

@@ -1,4 +1,5 @@
-// The demo payment API (SPEC §10): payment intents over evhttp, on its own loop thread.
+// The demo payment API (README "What a client sees"): payment intents over evhttp, on its own
+// loop thread.
 #pragma once
 
 #include <atomic>

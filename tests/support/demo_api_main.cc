@@ -1,4 +1,5 @@
-// demo-payment-api: the demo payment API as a program (SPEC §10), stopped by SIGTERM or SIGINT.
+// demo-payment-api: the demo payment API as a program (README "What a client sees"), stopped by
+// SIGTERM or SIGINT.
 #include <pthread.h>
 #include <signal.h>
 

@@ -55,9 +55,9 @@ TEST(RoutesConfig, EffectiveConfigIsTheTopLevelWithTheRoutesKeys) {
   EXPECT_EQ(MaxRequestBody(c), 4u << 20);
 }
 
-// Waiting within the lease, per route (README "Waiting instead of 409"): a route's lease shorter
-// than the top level's max_wait and wait caps both for that route (a duplicate never waits past the
-// lease it waits on), on reload too.
+// Waiting within the lease, per route (docs/behaviour.md "Waiting instead of 409"): a route's
+// lease shorter than the top level's max_wait and wait caps both for that route (a duplicate never
+// waits past the lease it waits on), on reload too.
 TEST(RoutesConfig, ARouteLeaseShorterThanTheWaitsCapsThem) {
   const std::string text = R"(
 [upstream]
