@@ -1,8 +1,8 @@
 // The configuration's keys, each declared once: its section and name, its type and bounds, its
-// doc line (the comment above it in conf/idemgate.toml), and whether SIGHUP applies it (the
+// doc line (the comment above it in packaging/idemgate.toml), and whether SIGHUP applies it (the
 // reload plan, proxy/reload.cc, is derived from this table). Its default is the initializer of
 // its Config field (conf/config.h). To add a key: a Config field, one row in config_keys.cc,
-// and the same doc line and default in conf/idemgate.toml (a test compares them).
+// and the same doc line and default in packaging/idemgate.toml (a test compares them).
 #pragma once
 
 #include <cstdint>
@@ -62,7 +62,7 @@ struct DerivedField {
   FieldFn field;
 };
 
-// Every key, in the order of the sections and of conf/idemgate.toml.
+// Every key, in the order of the sections and of packaging/idemgate.toml.
 std::span<const KeySpec> ConfigKeys();
 std::span<const DerivedField> DerivedFields();
 // The sections, in order.
@@ -74,7 +74,7 @@ void ReadKey(const KeySpec& key, const Context& ctx, const SectionReader& r, Con
 bool SameValue(FieldFn field, const Config& a, const Config& b);
 // Sets `to`'s field to `from`'s value.
 void CopyValue(FieldFn field, const Config& from, Config* to);
-// A key's default (its value in Config{}) as TOML, as written in conf/idemgate.toml.
+// A key's default (its value in Config{}) as TOML, as written in packaging/idemgate.toml.
 std::string FormatDefault(const KeySpec& key);
 
 }  // namespace idemgate::conf

@@ -19,7 +19,7 @@ TEST(Cli, VersionAndHelp) {
 }
 
 TEST(Cli, ShippedConfigsPassCheck) {
-  for (const char* file : {"/conf/idemgate.toml", "/conf/demo.toml"}) {
+  for (const char* file : {"/packaging/idemgate.toml", "/packaging/demo.toml"}) {
     RunResult r = RunGateway({"--check-config", "--config", std::string(SOURCE_DIR) + file});
     EXPECT_EQ(r.code, 0) << file << ": " << r.output;
   }

@@ -359,7 +359,7 @@ TEST_F(RoutesTest, ARoutesFingerprintHeadersAreInTheStoresSignature) {
 }
 
 TEST_F(RoutesTest, OldConfigFilesAreStillAccepted) {
-  for (const char* file : {"/conf/idemgate.toml", "/conf/demo.toml",
+  for (const char* file : {"/packaging/idemgate.toml", "/packaging/demo.toml",
                            "/tests/unit/conf/testdata/idemgate-before-groups.toml"}) {
     RunResult r = RunGateway({"--check-config", "--config", std::string(SOURCE_DIR) + file});
     EXPECT_EQ(r.code, 0) << file << ": " << r.output;

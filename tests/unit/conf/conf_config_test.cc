@@ -15,7 +15,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path ConfDir() { return fs::path(__FILE__).parent_path() / ".." / ".." / ".." / "conf"; }
+// The sample configs ship with the package (packaging/).
+fs::path SampleDir() {
+  return fs::path(__FILE__).parent_path() / ".." / ".." / ".." / "packaging";
+}
 
 std::string ReadText(const fs::path& path) {
   std::ifstream in(path);
@@ -81,12 +84,12 @@ TEST(ParseConfig, EmptyFileGivesEveryDefault) {
 }
 
 TEST(ShippedFiles, IdemgateTomlHoldsEveryDefault) {
-  ConfigResult r = LoadConfig((ConfDir() / "idemgate.toml").string());
+  ConfigResult r = LoadConfig((SampleDir() / "idemgate.toml").string());
   ASSERT_TRUE(r.ok()) << r.error;
   ExpectDefaults(*r.config);
 }
 
-// Every key appears in conf/idemgate.toml under its section, with a comment line just above it.
+// Every key appears in packaging/idemgate.toml under its section, a comment line just above it.
 TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
   const std::vector<std::string> keys = {"listen.address",
                                          "listen.tls_cert",
@@ -132,7 +135,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "admin.token",
                                          "admin.backup_dir",
                                          "log.access"};
-  std::istringstream in(ReadText(ConfDir() / "idemgate.toml"));
+  std::istringstream in(ReadText(SampleDir() / "idemgate.toml"));
   std::vector<std::string> found;
   std::string section, line, previous;
   while (std::getline(in, line)) {
@@ -147,10 +150,10 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
   EXPECT_EQ(found, keys);
 }
 
-// The key table is the one declaration of each key: conf/idemgate.toml lists exactly its keys,
+// The key table is the one declaration of each key: packaging/idemgate.toml lists exactly its keys,
 // in its order, each with the table's doc line just above and its default value.
 TEST(ShippedFiles, IdemgateTomlMatchesTheKeyTable) {
-  std::istringstream in(ReadText(ConfDir() / "idemgate.toml"));
+  std::istringstream in(ReadText(SampleDir() / "idemgate.toml"));
   std::vector<std::string> found;
   std::string section, line, previous;
   while (std::getline(in, line)) {
@@ -178,7 +181,7 @@ TEST(ShippedFiles, IdemgateTomlMatchesTheKeyTable) {
 }
 
 TEST(ShippedFiles, DemoTomlRunsTheDemo) {
-  ConfigResult r = LoadConfig((ConfDir() / "demo.toml").string());
+  ConfigResult r = LoadConfig((SampleDir() / "demo.toml").string());
   ASSERT_TRUE(r.ok()) << r.error;
   const Config& c = *r.config;
   EXPECT_EQ(c.listen.addr.port, 8080);
