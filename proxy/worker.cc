@@ -17,7 +17,7 @@
 #include "common/thread_name.h"
 #include "proxy/conn/client_conn.h"
 #include "proxy/exchange/exchange.h"
-#include "proxy/log_limit.h"
+#include "proxy/exchange/report.h"
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/metrics.h"
 
@@ -27,9 +27,9 @@ namespace {
 
 constexpr int64_t kAcceptPauseMinMs = 100;
 constexpr int64_t kAcceptPauseMaxMs = 1'000;
-RateLimitedLog accept_error_log;
-RateLimitedLog max_connections_log;
-RateLimitedLog unsent_budget_log;
+LogLimiter accept_error_log(1);  // one line a second; the next says how many were held back
+LogLimiter max_connections_log(1);
+LogLimiter unsent_budget_log(1);
 
 std::string PeerIp(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "";
@@ -162,13 +162,6 @@ bool Worker::Init(std::string* error) {
   return true;
 }
 
-UpstreamResult Worker::MissingGroup(const std::string& name) {
-  UpstreamResult result;
-  result.error = UpstreamError::kUnavailable;
-  result.detail = "no upstream group '" + name + "' is running (named groups are restart-only)";
-  return result;
-}
-
 UpstreamGroup* Worker::Group(std::string_view name) {
   if (name.empty() || name == "default") return upstream_.get();
   auto it = groups_.find(name);
@@ -205,11 +198,11 @@ void Worker::OnAcceptError(evconnlistener* listener, void* arg) {
   if (self->metrics_) self->metrics_->AcceptError();
   self->accept_backoff_ms_ =
       std::clamp<int64_t>(self->accept_backoff_ms_ * 2, kAcceptPauseMinMs, kAcceptPauseMaxMs);
-  accept_error_log.Write(std::string("accept() failed: ") + strerror(err) +
-                         "; not accepting new connections for " +
-                         std::to_string(self->accept_backoff_ms_) +
-                         " ms (the open-file limit, ulimit -n, must exceed "
-                         "limits.max_connections plus the upstream connections)");
+  LogLimited(accept_error_log, LogLevel::kWarn, "worker",
+             "accept() failed: %s; not accepting new connections for %lld ms (the open-file "
+             "limit, ulimit -n, must exceed limits.max_connections plus the upstream "
+             "connections)",
+             strerror(err), static_cast<long long>(self->accept_backoff_ms_));
   evconnlistener_disable(listener);
   self->accept_pause_.Arm(self->accept_backoff_ms_);
 }
@@ -224,8 +217,9 @@ bool Worker::AdmitConnection() {
   if (gateway_->open_connections.fetch_add(1, std::memory_order_relaxed) < limit) return true;
   gateway_->open_connections.fetch_sub(1, std::memory_order_relaxed);
   if (metrics_) metrics_->ConnectionRefused();
-  max_connections_log.Write("limits.max_connections (" + std::to_string(limit) +
-                            ") connections are open; closing new ones at once");
+  LogLimited(max_connections_log, LogLevel::kWarn, "worker",
+             "limits.max_connections (%lld) connections are open; closing new ones at once",
+             static_cast<long long>(limit));
   return false;
 }
 
@@ -296,7 +290,7 @@ void Worker::SendUpstream(std::string request, bool head_request, const Upstream
                           UpstreamCallback done) {
   UpstreamGroup* group = Group(limits.group);
   if (group == nullptr) {
-    Post([done = std::move(done), result = MissingGroup(limits.group)]() mutable {
+    Post([done = std::move(done), result = MissingGroupResult(limits.group)]() mutable {
       done(std::move(result));
     });
     return;
@@ -304,7 +298,17 @@ void Worker::SendUpstream(std::string request, bool head_request, const Upstream
   group->Send(std::move(request), head_request, limits, std::move(done));
 }
 
-Exchange* Worker::AddExchange(std::unique_ptr<Exchange> exchange) {
+StreamCall* Worker::SendStream(std::string head, bool head_request, const UpstreamLimits& limits,
+                               StreamReceiver* receiver, UpstreamCallback done) {
+  UpstreamGroup* group = Group(limits.group);
+  if (group == nullptr) return nullptr;
+  return group->SendStream(std::move(head), head_request, limits, receiver, std::move(done));
+}
+
+Exchange* Worker::NewExchange(ResponseSink* sink, std::shared_ptr<const Config> config,
+                              Request request, const std::string& client_ip, bool tls) {
+  auto exchange =
+      std::make_unique<Exchange>(this, sink, std::move(config), std::move(request), client_ip, tls);
   Exchange* raw = exchange.get();
   exchanges_.emplace(raw, std::move(exchange));
   return raw;
@@ -318,7 +322,7 @@ void Worker::Finished(Exchange* exchange) {
   event_active(reaper_.get(), 0, 0);
 }
 
-void Worker::RemoveConn(ClientConn* conn, CloseReason reason) {
+void Worker::ConnectionClosed(ClientConn* conn, CloseReason reason) {
   auto it = conns_.find(conn);
   if (it == conns_.end()) return;
   dead_conns_.push_back(std::move(it->second));
@@ -342,30 +346,21 @@ void Worker::RecordStoreOp(StoreOp op, int64_t micros) {
 }
 
 void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) {
-  ExchangeSample sample;
-  sample.outcome = Outcome::kRejected;
-  sample.error = code;
-  if (metrics_) metrics_->RecordExchange(sample);
-  AccessLog* log = gateway_->access_log;
-  if (!log) return;
-  AccessEntry entry;
-  entry.time = std::chrono::system_clock::now();
-  entry.client_ip = client_ip;
-  entry.status = GetErrorInfo(code).status;
-  entry.outcome = OutcomeName(Outcome::kRejected);
-  entry.error = code;
-  entry.bytes_out = bytes_out;
-  access_line_.clear();
-  AppendAccessLine(entry, &access_line_);
-  log->Write(access_line_);
+  RequestReport report;
+  report.outcome = Outcome::kRejected;
+  report.error = code;
+  report.status = GetErrorInfo(code).status;
+  report.client_ip = client_ip;
+  report.bytes_out = bytes_out;
+  RecordReport(*this, report);
 }
 
 void Worker::RecordAnswerDropped() {
   if (metrics_) metrics_->AnswerDropped();
-  unsent_budget_log.Write("limits.max_unsent_bytes (" +
-                          std::to_string(gateway_->Snapshot()->limits.max_unsent_bytes) +
-                          " bytes) of answers wait for clients that do not read; closing the "
-                          "connections of new answers that do not fit");
+  LogLimited(unsent_budget_log, LogLevel::kWarn, "worker",
+             "limits.max_unsent_bytes (%llu bytes) of answers wait for clients that do not "
+             "read; closing the connections of new answers that do not fit",
+             static_cast<unsigned long long>(gateway_->Snapshot()->limits.max_unsent_bytes));
 }
 
 void Worker::Reap() {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "proxy/conn/client_env.h"
 #include "proxy/exchange/exchange_env.h"
 #include "proxy/net/event_util.h"
 #include "proxy/ops/gateway.h"
@@ -32,7 +33,7 @@ enum class CloseReason;
 // another process already listens on `addr`. Port 0 always passes.
 bool CheckListenAddressFree(const HostPort& addr, std::string* error);
 
-class Worker final : public ExchangeEnv {
+class Worker final : public ExchangeEnv, public ClientEnv {
  public:
   Worker(int index, Gateway* gateway);
   ~Worker() override;
@@ -51,7 +52,7 @@ class Worker final : public ExchangeEnv {
   // indeterminate answer, R4); store operations get a little longer; then the loop is left.
   void Shutdown(int64_t grace_ms);
 
-  // ExchangeEnv (Post is thread-safe; the rest runs on the loop).
+  // ExchangeEnv and ClientEnv (Post is thread-safe; the rest runs on the loop).
   void Post(std::function<void()> fn) override;
   std::unique_ptr<LoopTimer> NewTimer(std::function<void()> fn) override;
   int64_t MonoUs() const override;
@@ -66,25 +67,25 @@ class Worker final : public ExchangeEnv {
   void RecordExchange(const ExchangeSample& sample, const AccessEntry* entry) override;
   void Finished(Exchange* exchange) override;
 
-  // Used by connections and exchanges, on the loop.
-  event_base* base() const { return base_.get(); }
+  // ClientEnv, for the connections.
+  event_base* base() override { return base_.get(); }
+  std::shared_ptr<const Config> Snapshot() override { return gateway_->Snapshot(); }
+  UnsentBudget* unsent() override { return gateway_->unsent; }
+  Exchange* NewExchange(ResponseSink* sink, std::shared_ptr<const Config> config, Request request,
+                        const std::string& client_ip, bool tls) override;
+  StreamCall* SendStream(std::string head, bool head_request, const UpstreamLimits& limits,
+                         StreamReceiver* receiver, UpstreamCallback done) override;
+  void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) override;
+  void RecordAnswerDropped() override;
+  void ConnectionClosed(ClientConn* conn, CloseReason reason) override;
+
   // The upstream group a route sends to: "" or "default" = [upstream], else [upstreams.NAME];
   // null when the running config has no such group (groups are built at start-up).
   UpstreamGroup* Group(std::string_view name);
-  // What a call to a group Group() does not have ends with: a route added by a reload names a
-  // group the workers do not have (nothing went upstream).
-  static UpstreamResult MissingGroup(const std::string& name);
   UpstreamGroup& upstream() { return *upstream_; }
   Gateway& gateway() { return *gateway_; }
   bool draining() const override { return draining_; }
-  Exchange* AddExchange(std::unique_ptr<Exchange> exchange);
-  void RemoveConn(ClientConn* conn, CloseReason reason);  // freed on the next loop turn
   size_t connections() const { return conns_.size(); }
-  // An error the connection answered itself, before any exchange existed (malformed request,
-  // too large, client timeout): counted as rejected and written to the access log.
-  void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out);
-  // An answer not queued because of limits.max_unsent_bytes (its connection is closed).
-  void RecordAnswerDropped();
 
  private:
   static void OnAccept(evconnlistener*, evutil_socket_t fd, sockaddr* sa, int len, void* arg);

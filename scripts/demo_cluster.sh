@@ -42,7 +42,8 @@ address = ""
 access = "stdout"
 TOML
 done
-build/demo-payment-api --port 9000 & pids+=($!)
+# The payment API writes its intents into the same database, fenced (docs/fencing.md).
+build/demo-payment-api --port 9000 --pg-dsn "$DSN" & pids+=($!)
 build/idemgate --config "$T/gw8080.toml" & pids+=($!)
 build/idemgate --config "$T/gw8081.toml" & pids+=($!)
 for _ in $(seq 50); do curl -s -o /dev/null localhost:8081/_demo/stats && break; sleep 0.1; done
@@ -64,6 +65,11 @@ Kill the primary and promote the standby:
   (the same retry through either gateway: still replayed; no gateway was restarted)
 
   curl -s localhost:9000/_demo/stats  (how many times the payment API executed)
+
+The payment API keeps its intents in the same database and calls idemgate_fence in the
+transaction that creates each one (docs/fencing.md):
+
+  psql -h 127.0.0.1 -p 25432 -U idemgate -d postgres -c 'SELECT * FROM demo_intents'
 
 Ctrl-C stops everything and removes $T.
 TXT

@@ -25,7 +25,9 @@ enum class OpKind {
   kCleanup,
   kCount,
   kGetMeta,
-  kPutMeta
+  kPutMeta,
+  kTakeover,      // a claim that found an expired lease: idemgate_take_over (SPEC §12 A3)
+  kFenceCleanup,  // fence marks of records that are gone
 };
 
 // One statement and what to do with its result.
@@ -41,6 +43,7 @@ struct Op {
   Fingerprint fingerprint{};  // kClaim
   uint64_t owner = 0;         // kClaim
   std::string record_key;     // kClaim
+  int hops = 0;               // kClaim <-> kTakeover redirections so far (bounded)
 };
 
 struct ResultDeleter {

@@ -39,17 +39,20 @@ bool PrepareSchema(const std::string& dsn, uint64_t* records, std::string* error
   }
   int version = atoi(PQgetvalue(begin.get(), 0, 0));
   int rows = atoi(PQgetvalue(begin.get(), 0, 1));
-  if (version != kSchemaVersion || rows != 1) {
+  // Version 1 (before fencing) is upgraded in place by kFenceSchemaSql, in this transaction.
+  if ((version != kSchemaVersion && version != 1) || rows != 1) {
     PQclear(PQexec(conn.get(), "ROLLBACK"));
     *error = "the PostgreSQL schema has version " + std::string(PQgetvalue(begin.get(), 0, 0)) +
              " (" + std::to_string(rows) + " version rows); this gateway knows only version " +
-             std::to_string(kSchemaVersion) + " and will not touch it";
+             std::to_string(kSchemaVersion) + " (and upgrades version 1) and will not touch it";
     return false;
   }
-  ResultPtr create(PQexec(conn.get(), kSchemaCreateSql));
-  if (PQresultStatus(create.get()) != PGRES_COMMAND_OK) {
-    *error = "cannot create the PostgreSQL schema: " + Trim(PQerrorMessage(conn.get()));
-    return false;
+  for (const char* sql : {kSchemaCreateSql, kFenceSchemaSql, "COMMIT"}) {
+    ResultPtr create(PQexec(conn.get(), sql));
+    if (PQresultStatus(create.get()) != PGRES_COMMAND_OK) {
+      *error = "cannot create the PostgreSQL schema: " + Trim(PQerrorMessage(conn.get()));
+      return false;
+    }
   }
   ResultPtr count(PQexec(conn.get(), kCountSql));
   *records = PQresultStatus(count.get()) == PGRES_TUPLES_OK && PQntuples(count.get()) == 1

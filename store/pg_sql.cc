@@ -21,7 +21,7 @@ const char* const kSchemaBeginSql =
     "BEGIN;"
     "SELECT pg_advisory_xact_lock(33140126138369);"  // kSchemaLockKey
     "CREATE TABLE IF NOT EXISTS idemgate_schema (version int NOT NULL);"
-    "INSERT INTO idemgate_schema (version) SELECT 1"
+    "INSERT INTO idemgate_schema (version) SELECT 2"
     "  WHERE NOT EXISTS (SELECT 1 FROM idemgate_schema);"
     "SELECT max(version)::int4, count(*)::int4 FROM idemgate_schema;";
 
@@ -37,17 +37,13 @@ const char* const kSchemaCreateSql =
     // a gateway that does not know it still reads and writes the table (its completions leave
     // it NULL, and Age then counts from created_ms).
     "ALTER TABLE idemgate_records ADD COLUMN IF NOT EXISTS completed_ms bigint;"
-    "CREATE TABLE IF NOT EXISTS idemgate_meta (name bytea PRIMARY KEY, value bytea NOT NULL);"
-    "COMMIT;";
+    "CREATE TABLE IF NOT EXISTS idemgate_meta (name bytea PRIMARY KEY, value bytea NOT NULL);";
 
 // One statement: the DO UPDATE always runs, so RETURNING reports the latest committed row,
-// locked. E: the row expired (a fresh attempt 1 replaces it). T: in flight, same fingerprint,
-// lease over (a takeover: attempt + 1, my owner, a new lease). Otherwise nothing changes.
-// "Now" is EXCLUDED.created_ms: the database clock, read once.
+// locked. E: the row expired (a fresh attempt 1 replaces it). Otherwise nothing changes: a row
+// in flight with an expired lease is taken over by kTakeoverSql, which first asks whether a
+// backend fenced the attempt (SPEC §12 A3). "Now" is EXCLUDED.created_ms: the database clock.
 #define E "r.expires_ms <= EXCLUDED.created_ms"
-#define T                                                                           \
-  "(r.expires_ms > EXCLUDED.created_ms AND r.state = 1 AND r.fingerprint = $3 AND " \
-  "r.lease_until_ms <= EXCLUDED.created_ms)"
 const char* const kClaimSql =
     "INSERT INTO idemgate_records AS r (scope_id, idem_key, state, attempt, owner, fingerprint,"
     " created_ms, expires_ms, lease_until_ms)"
@@ -55,21 +51,18 @@ const char* const kClaimSql =
     " FROM (SELECT " IDEMGATE_PG_NOW("$7") " AS now) n"
     " ON CONFLICT (scope_id, idem_key) DO UPDATE SET"
     " state = CASE WHEN " E " THEN 1 ELSE r.state END,"
-    " attempt = CASE WHEN " E " THEN 1 WHEN " T " THEN r.attempt + 1 ELSE r.attempt END,"
-    " owner = CASE WHEN " E " OR " T " THEN EXCLUDED.owner ELSE r.owner END,"
+    " attempt = CASE WHEN " E " THEN 1 ELSE r.attempt END,"
+    " owner = CASE WHEN " E " THEN EXCLUDED.owner ELSE r.owner END,"
     " fingerprint = CASE WHEN " E " THEN EXCLUDED.fingerprint ELSE r.fingerprint END,"
     " created_ms = CASE WHEN " E " THEN EXCLUDED.created_ms ELSE r.created_ms END,"
-    " expires_ms = CASE WHEN " E " THEN EXCLUDED.expires_ms WHEN " T
-    " THEN greatest(r.expires_ms, EXCLUDED.expires_ms) ELSE r.expires_ms END,"
-    " lease_until_ms = CASE WHEN " E " OR " T
-    " THEN EXCLUDED.lease_until_ms ELSE r.lease_until_ms END,"
+    " expires_ms = CASE WHEN " E " THEN EXCLUDED.expires_ms ELSE r.expires_ms END,"
+    " lease_until_ms = CASE WHEN " E " THEN EXCLUDED.lease_until_ms ELSE r.lease_until_ms END,"
     " resp_status = CASE WHEN " E " THEN NULL ELSE r.resp_status END,"
     " resp_reason = CASE WHEN " E " THEN NULL ELSE r.resp_reason END,"
     " resp_headers = CASE WHEN " E " THEN NULL ELSE r.resp_headers END,"
     " resp_body = CASE WHEN " E " THEN NULL ELSE r.resp_body END"
     " RETURNING " IDEMGATE_PG_ROW("r") ", " IDEMGATE_PG_NOW("$7");
 #undef E
-#undef T
 
 const char* const kCompleteSql =
     "UPDATE idemgate_records SET state = 2, resp_status = $5, resp_reason = $6,"
@@ -126,12 +119,15 @@ const std::vector<Statement>& Statements() {
       {kCountSql, {}},
       {kGetMetaSql, {kBytea}},
       {kPutMetaSql, {kBytea, kBytea}},
+      {kTakeoverSql, {kBytea, kBytea, kBytea, kInt8, kInt8, kInt8, kInt8}},
+      {kFenceCleanupSql, {kInt8}},
   };
   return all;
 }
 
 const char* PreparedName(const char* sql) {
-  static const char* const kNames[] = {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"};
+  static const char* const kNames[] = {"s0", "s1", "s2", "s3", "s4",  "s5",
+                                       "s6", "s7", "s8", "s9", "s10", "s11"};
   const std::vector<Statement>& all = Statements();
   for (size_t i = 0; i < all.size(); ++i) {
     if (all[i].sql == sql) return kNames[i];
@@ -208,7 +204,7 @@ void Params::Finish() {
 }
 
 bool DecodeRow(const PGresult* res, int row, Record* record, TimeMs* now_ms) {
-  if (PQnfields(res) != 13) return false;
+  if (PQnfields(res) < 13) return false;
   int64_t state, attempt, owner, created, expires, lease, status, completed;
   if (!GetInt(res, row, 0, 2, &state) || !GetInt(res, row, 1, 4, &attempt) ||
       !GetInt(res, row, 2, 8, &owner) || !GetInt(res, row, 4, 8, &created) ||
@@ -291,6 +287,18 @@ ClaimResult ClaimFromRow(const Record& row, TimeMs now_ms, const Fingerprint& fi
     r.retry_after_s = RetryAfterSeconds(row.lease_until_ms, now_ms);
   }
   return r;
+}
+
+bool NeedsTakeover(const Record& row, TimeMs now_ms, const Fingerprint& fingerprint,
+                   uint64_t owner) {
+  return row.owner != owner && row.state == RecordState::kInFlight &&
+         row.fingerprint == fingerprint && row.lease_until_ms <= now_ms && now_ms < row.expires_ms;
+}
+
+uint32_t FencedAttempt(const PGresult* res, int row) {
+  int64_t v = 0;
+  if (PQnfields(res) < 14 || !GetInt(res, row, 13, 4, &v) || v < 0) return 0;
+  return static_cast<uint32_t>(v);
 }
 
 }  // namespace idemgate::pg

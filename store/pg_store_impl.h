@@ -177,6 +177,7 @@ class PgStore final : public Store, public pg::ConnListener {
   }
 
   void OnDone(pg::Conn*, std::unique_ptr<Op> op, ResultPtr result, bool unknown) override {
+    if (!unknown && Redirect(op, result.get())) return Pump();
     if (unknown) {
       IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "store",
                            "replication wait cancelled; sending the statement again");
@@ -268,6 +269,7 @@ class PgStore final : public Store, public pg::ConnListener {
   }
 
   void Deliver(Op& op, PGresult* res);
+  bool Redirect(std::unique_ptr<Op>& op, PGresult* res);  // pg_store_loop.cc
   void Pump();
   void Run();
   void MaybeStop();

@@ -89,6 +89,11 @@ void PgStore::OnCleanupTimer(evutil_socket_t, short, void* arg) {
   op->sql = pg::kCleanupSql;
   op->params.Int(self->Offset());
   self->queue_.push_back(std::move(op));
+  auto marks = std::make_unique<Op>();
+  marks->kind = OpKind::kFenceCleanup;
+  marks->sql = pg::kFenceCleanupSql;
+  marks->params.Int(self->Offset());
+  self->queue_.push_back(std::move(marks));
   self->Pump();
 }
 
@@ -103,10 +108,38 @@ void PgStore::OnCountTimer(evutil_socket_t, short, void* arg) {
   self->Pump();
 }
 
+// A claim whose row is in flight with an expired lease goes on as kTakeover (SPEC §12 A3: only
+// idemgate_take_over may decide it); a takeover that found no row (released, deleted) claims
+// again. Same parameters, same owner; bounded, after which the answer is delivered as it is.
+bool PgStore::Redirect(std::unique_ptr<Op>& op, PGresult* res) {
+  if (PQresultStatus(res) != PGRES_TUPLES_OK || op->hops >= 4) return false;
+  if (op->kind == OpKind::kClaim) {
+    Record row;
+    TimeMs now = 0;
+    if (PQntuples(res) != 1 || !pg::DecodeRow(res, 0, &row, &now)) return false;
+    if (!pg::NeedsTakeover(row, now, op->fingerprint, op->owner)) return false;
+    op->kind = OpKind::kTakeover;
+    op->sql = pg::kTakeoverSql;
+  } else if (op->kind == OpKind::kTakeover && PQntuples(res) == 0) {
+    op->kind = OpKind::kClaim;
+    op->sql = pg::kClaimSql;
+  } else {
+    return false;
+  }
+  ++op->hops;
+  queue_.push_front(std::move(op));
+  return true;
+}
+
 void PgStore::Deliver(Op& op, PGresult* res) {
   ExecStatusType st = PQresultStatus(res);
   bool ok = st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
   int affected = atoi(PQcmdTuples(res));
+  if (op.kind == OpKind::kFenceCleanup) {
+    if (!ok)
+      LogF(LogLevel::kError, "store", "fence clean-up failed: %s", PQresultErrorMessage(res));
+    return;
+  }
   if (op.kind == OpKind::kCleanup) {
     if (!ok) LogF(LogLevel::kError, "store", "clean-up failed: %s", PQresultErrorMessage(res));
     bool more = ok && affected >= pg::kCleanupBatch && !stopping_;
@@ -130,6 +163,15 @@ void PgStore::Deliver(Op& op, PGresult* res) {
       }
       return op.claim_done(
           pg::ClaimFromRow(row, now, op.fingerprint, op.owner, std::move(op.record_key)));
+    case OpKind::kTakeover: {
+      if (PQntuples(res) != 1 || !pg::DecodeRow(res, 0, &row, &now)) {
+        return FailOp(op, Error(StoreCode::kCorruption, "the takeover returned no readable row"));
+      }
+      ClaimResult r =
+          pg::ClaimFromRow(row, now, op.fingerprint, op.owner, std::move(op.record_key));
+      if (r.outcome == ClaimOutcome::kTakeover) r.fenced_attempt = pg::FencedAttempt(res, 0);
+      return op.claim_done(std::move(r));
+    }
     case OpKind::kComplete:
       return op.status_done(affected == 1 ? StoreStatus{} : Stale());
     case OpKind::kRelease:

@@ -61,6 +61,9 @@ struct ClaimResult {
   ClaimToken token;           // kFresh, kTakeover
   Record record;              // kReplay, kMismatch (and kInFlight, for information)
   int64_t retry_after_s = 0;  // kInFlight
+  // kTakeover on PostgreSQL (SPEC §12 A3): > 0 when a backend's committed fence marked that
+  // attempt executed. The new owner stores a 502 in its place and forwards nothing.
+  uint32_t fenced_attempt = 0;
 };
 
 enum class LookupOutcome {

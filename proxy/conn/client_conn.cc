@@ -9,10 +9,9 @@
 #include <cerrno>
 
 #include "proxy/conn/h2_conn.h"
+#include "proxy/conn/unsent_budget.h"
 #include "proxy/exchange/exchange.h"
-#include "proxy/exchange/replay_cache.h"
 #include "proxy/policy/routes.h"
-#include "proxy/worker.h"
 
 namespace idemgate {
 
@@ -24,23 +23,19 @@ constexpr unsigned char kTlsHandshakeRecord = 0x16;  // the first byte of every 
 
 }  // namespace
 
-ClientConn::ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls)
-    : worker_(worker), peer_ip_(std::move(peer_ip)), tls_(tls != nullptr) {
+ClientConn::ClientConn(ClientEnv* env, evutil_socket_t fd, std::string peer_ip, SSL* tls)
+    : env_(env), peer_ip_(std::move(peer_ip)), relay_(env, this, peer_ip_), tls_(tls != nullptr) {
   if (tls != nullptr) {
     fd_ = fd;
     pending_tls_ = tls;
   } else {
-    bev_.reset(bufferevent_socket_new(worker->base(), fd, BEV_OPT_CLOSE_ON_FREE));
+    bev_.reset(bufferevent_socket_new(env->base(), fd, BEV_OPT_CLOSE_ON_FREE));
   }
 }
 
 ClientConn::~ClientConn() {
   h2_.reset();  // its exchanges detach
   if (exchange_) exchange_->DetachClient();
-  if (relay_.call != nullptr) {
-    relay_.call->Cancel();
-    relay_.call = nullptr;
-  }
   if (pending_tls_ != nullptr) {
     SSL_free(pending_tls_);
     evutil_closesocket(fd_);
@@ -51,11 +46,11 @@ void ClientConn::Start() {
   if (pending_tls_ == nullptr) return StartStream(true);
   // A TLS port: wait for the first byte (within the idle timeout) to tell a ClientHello from
   // plain HTTP, which gets a readable 400 instead of a failed handshake (as nginx does).
-  timer_.Init<ClientConn, &ClientConn::OnTimer>(worker_->base(), this);
-  sniff_.reset(event_new(worker_->base(), fd_, EV_READ,
+  timer_.Init<ClientConn, &ClientConn::OnTimer>(env_->base(), this);
+  sniff_.reset(event_new(env_->base(), fd_, EV_READ,
                          &EventTrampoline<ClientConn, &ClientConn::OnFirstBytes>, this));
   event_add(sniff_.get(), nullptr);
-  timer_.Arm(worker_->gateway().Snapshot()->limits.idle_timeout_ms);
+  timer_.Arm(env_->Snapshot()->limits.idle_timeout_ms);
 }
 
 void ClientConn::OnFirstBytes() {
@@ -70,14 +65,14 @@ void ClientConn::OnFirstBytes() {
   SSL* tls = pending_tls_;
   pending_tls_ = nullptr;
   if (first == kTlsHandshakeRecord) {
-    bev_.reset(bufferevent_openssl_socket_new(worker_->base(), fd_, tls,
-                                              BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE));
+    bev_.reset(bufferevent_openssl_socket_new(env_->base(), fd_, tls, BUFFEREVENT_SSL_ACCEPTING,
+                                              BEV_OPT_CLOSE_ON_FREE));
     if (bev_) bufferevent_openssl_set_allow_dirty_shutdown(bev_.get(), 1);
     return StartStream(true);
   }
   SSL_free(tls);
   tls_ = false;
-  bev_.reset(bufferevent_socket_new(worker_->base(), fd_, BEV_OPT_CLOSE_ON_FREE));
+  bev_.reset(bufferevent_socket_new(env_->base(), fd_, BEV_OPT_CLOSE_ON_FREE));
   StartStream(false);
   RespondError(ErrorCode::kBadRequest,
                "This port speaks HTTPS: the plain HTTP request was sent to a TLS port; use "
@@ -89,9 +84,9 @@ void ClientConn::StartStream(bool serve) {
   bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
   bufferevent_setwatermark(bev_.get(), EV_READ, 0, kReadHighWater);
   bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
-  if (!timer_.initialized()) timer_.Init<ClientConn, &ClientConn::OnTimer>(worker_->base(), this);
-  resume_.reset(event_new(worker_->base(), -1, 0,
-                          &EventTrampoline<ClientConn, &ClientConn::OnWritten>, this));
+  if (!timer_.initialized()) timer_.Init<ClientConn, &ClientConn::OnTimer>(env_->base(), this);
+  resume_.reset(
+      event_new(env_->base(), -1, 0, &EventTrampoline<ClientConn, &ClientConn::OnWritten>, this));
   if (serve) BeginIdle();
 }
 
@@ -133,7 +128,7 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
     }
     // A half-closed client still gets the answer to the request it completed.
     if (self->state_ == State::kIdle || self->state_ == State::kReading ||
-        (self->state_ == State::kRelaying && !self->relay_.request_done)) {
+        (self->state_ == State::kRelaying && !self->relay_.request_done())) {
       self->Close(CloseReason::kClientClosed);
     } else if (self->state_ == State::kLingering) {
       self->Close(CloseReason::kAfterAnswer);
@@ -147,7 +142,7 @@ void ClientConn::BeginIdle() {
   state_ = State::kIdle;
   continue_sent_ = false;
   if (read_eof_) return Close(CloseReason::kClientClosed);
-  if (worker_->draining()) return Close(CloseReason::kShutdown);
+  if (env_->draining()) return Close(CloseReason::kShutdown);
   std::shared_ptr<const Config> config = RefreshLimits();
   // A client that takes nothing of an answer for idle_timeout is dropped (EventCb), so it
   // cannot hold its buffered answer and its descriptor forever. libevent re-arms this timeout
@@ -163,7 +158,7 @@ void ClientConn::BeginIdle() {
 // The limits of the config in force now (a reload may have changed them since the last
 // request): applied when a request begins, before any of its bytes is parsed.
 std::shared_ptr<const Config> ClientConn::RefreshLimits() {
-  std::shared_ptr<const Config> config = worker_->gateway().Snapshot();
+  std::shared_ptr<const Config> config = env_->Snapshot();
   if (config != parser_config_) {
     parser_ =
         std::make_unique<RequestParser>(MaxRequestBody(*config), config->limits.max_header_bytes);
@@ -175,9 +170,9 @@ std::shared_ptr<const Config> ClientConn::RefreshLimits() {
 }
 
 void ClientConn::ProcessInput() {
-  const bool relaying_body = state_ == State::kRelaying && !relay_.request_done;
+  const bool relaying_body = state_ == State::kRelaying && !relay_.request_done();
   if (state_ != State::kIdle && state_ != State::kReading && !relaying_body) return;
-  if (relay_.client_paused) return;
+  if (relay_.request_paused()) return;
   FeedParser(bufferevent_get_input(bev_.get()), *parser_);
   OnParsed();
 }
@@ -197,14 +192,16 @@ void ClientConn::OnParsed() {
     if (!DecideBody()) return;
     ProcessInput();  // the body (or the rest of the relay) follows
     // A relayed request goes upstream with as much of its body as came with its head.
-    if (state_ == State::kRelaying && !relay_.call_started) StartRelayCall();
+    if (state_ == State::kRelaying && !relay_.call_started()) relay_.StartCall();
     return;
   }
   if (state_ == State::kRelaying) {
     if (parser_->message_complete()) {
-      RelayRequestEnd();
+      // Ready for the next request; its bytes wait in the input buffer until this answer is out.
+      parser_->TakeRequest();
+      relay_.RequestEnd();
     } else {
-      CheckUpstreamBacklog();
+      relay_.CheckUpstreamBacklog();
     }
     return;
   }
@@ -219,16 +216,15 @@ void ClientConn::StartExchange() {
   timer_.Cancel();
   state_ = State::kExchange;
   Request request = parser_->TakeRequest();
-  close_after_ = !request.keep_alive || worker_->draining();
+  close_after_ = !request.keep_alive || env_->draining();
   head_request_ = request.method == "HEAD";
   http10_ = request.http_minor == 0;
   // The route DecideBody chose (Exchange::Start need not match it again), unless a reload came
   // since the parser's config was read: then the exchange runs under the current config.
-  std::shared_ptr<const Config> config = worker_->gateway().Snapshot();
+  std::shared_ptr<const Config> config = env_->Snapshot();
   if (config == parser_config_ && route_ != nullptr) config = route_;
   route_ = nullptr;
-  exchange_ = worker_->AddExchange(std::make_unique<Exchange>(
-      worker_, this, std::move(config), std::move(request), peer_ip_, tls_));
+  exchange_ = env_->NewExchange(this, std::move(config), std::move(request), peer_ip_, tls_);
   exchange_->Start();  // may answer at once (SendResponse)
 }
 
@@ -236,11 +232,11 @@ void ClientConn::SendResponse(std::shared_ptr<const StoredResponse> response, bo
                               std::string_view extra_headers) {
   // This request's X-Request-Id goes back with its answer (a replay's too: not the stored one).
   const std::string request_id = exchange_                     ? exchange_->request_id()
-                                 : state_ == State::kRelaying ? relay_.request_id
+                                 : state_ == State::kRelaying ? relay_.request_id()
                                                               : std::string();
   exchange_ = nullptr;
   if (state_ != State::kExchange && state_ != State::kRelaying) return;
-  bool close = close_after_ || read_eof_ || worker_->draining();
+  bool close = close_after_ || read_eof_ || env_->draining();
   state_ = close ? State::kClosing : State::kWriting;
   ConnectionHeader connection = close     ? ConnectionHeader::kClose
                                 : http10_ ? ConnectionHeader::kKeepAlive
@@ -288,11 +284,11 @@ bool ClientConn::Write(std::string head, std::shared_ptr<const StoredResponse> b
 bool ClientConn::QueueBody(evbuffer* out, std::shared_ptr<const StoredResponse> body,
                            size_t offset) {
   std::shared_ptr<const void> charge = body;
-  if (UnsentBudget* budget = worker_->gateway().unsent) {
-    uint64_t limit = worker_->gateway().Snapshot()->limits.max_unsent_bytes;
+  if (UnsentBudget* budget = env_->unsent()) {
+    uint64_t limit = env_->Snapshot()->limits.max_unsent_bytes;
     charge = budget->Charge(body, limit);
     if (!charge) {
-      worker_->RecordAnswerDropped();
+      env_->RecordAnswerDropped();
       return false;
     }
   }
@@ -324,7 +320,7 @@ void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
   timer_.Cancel();
   std::string bytes =
       SerializeResponse(MakeErrorResponse(code, detail), false, ConnectionHeader::kClose, false);
-  worker_->RecordConnectionError(code, peer_ip_, bytes.size());
+  env_->RecordConnectionError(code, peer_ip_, bytes.size());
   state_ = State::kClosing;
   bufferevent_write(bev_.get(), bytes.data(), bytes.size());
 }
@@ -360,7 +356,7 @@ bool ClientConn::TryHttp2() {
   if (preface == H2Preface::kMaybe) return true;
   timer_.Cancel();
   state_ = State::kHttp2;
-  h2_ = std::make_unique<H2Conn>(worker_, bev_.get(), peer_ip_, tls_,
+  h2_ = std::make_unique<H2Conn>(env_, bev_.get(), peer_ip_, tls_,
                                  [this](CloseReason reason) { Close(reason); });
   h2_->Start();
   return true;
@@ -380,16 +376,12 @@ void ClientConn::Close(CloseReason reason) {
     exchange_->DetachClient();
     exchange_ = nullptr;
   }
-  if (relay_.call != nullptr) {
-    relay_.call->Cancel();  // the client is gone: so is the relayed call
-    relay_.call = nullptr;
-  }
-  if (state_ == State::kRelaying && !relay_.recorded) RecordRelay(true);
+  relay_.ClientGone();  // a relayed call is cut, and counted as closed by the client
   timer_.Cancel();
   if (resume_) event_del(resume_.get());
   if (sniff_) event_del(sniff_.get());
   if (bev_) bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
-  worker_->RemoveConn(this, reason);
+  env_->ConnectionClosed(this, reason);
 }
 
 }  // namespace idemgate

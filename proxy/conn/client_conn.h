@@ -1,6 +1,7 @@
 // One client connection: read -> parse -> Exchange -> write, keep-alive and pipelining in
 // order, 100-continue, client and idle timeouts. A passthrough request is relayed instead
-// (client_relay.cc): its body and its answer stream through, with back-pressure both ways.
+// (PassthroughRelay; the connection is its sink, client_relay.cc): its body and its answer
+// stream through, with back-pressure both ways. It sees its surroundings only as a ClientEnv.
 #pragma once
 
 #include <openssl/ssl.h>
@@ -11,10 +12,12 @@
 #include <string_view>
 
 #include "conf/config.h"
-#include "proxy/exchange/exchange_env.h"
+#include "proxy/conn/client_env.h"
+#include "proxy/conn/conn_types.h"
+#include "proxy/conn/passthrough_relay.h"
+#include "proxy/exchange/response_sink.h"
 #include "proxy/http/http_parser.h"
 #include "proxy/net/event_util.h"
-#include "proxy/ops/metrics.h"
 #include "proxy/policy/errors.h"
 #include "proxy/upstream/upstream.h"
 
@@ -22,12 +25,11 @@ namespace idemgate {
 
 class Exchange;
 class H2Conn;
-class Worker;
 
-class ClientConn final : public ResponseSink, public StreamReceiver {
+class ClientConn final : public StreamSink {
  public:
   // `tls` (owned from here on; may be null) makes this an https connection.
-  ClientConn(Worker* worker, evutil_socket_t fd, std::string peer_ip, SSL* tls = nullptr);
+  ClientConn(ClientEnv* env, evutil_socket_t fd, std::string peer_ip, SSL* tls = nullptr);
   ~ClientConn() override;
   void Start();
 
@@ -41,11 +43,15 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   void CloseWhenIdle();
   bool tls() const { return tls_; }
 
-  // StreamReceiver: a relayed answer (client_relay.cc).
-  void OnResponseHead(Response head) override;
-  void OnResponseBody(std::string_view piece) override;
-  void OnRequestDrained() override;
-  void OnResponseFlush() override;
+  // StreamSink: a relayed answer, framed for HTTP/1.1 (client_relay.cc).
+  void SendHead(const StoredResponse& head, int64_t length, std::string_view request_id,
+                bool request_complete) override;
+  void SendBody(std::string_view piece) override;
+  void Flush() override;
+  void EndStream(bool clean, bool request_complete) override;
+  void SendError(std::shared_ptr<const StoredResponse> response, bool request_complete) override;
+  void PauseRequestBody(bool paused) override;
+  void ReadRequestBody() override;
 
  private:
   enum class State {
@@ -80,45 +86,15 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   void OnWritten();
 
   // Relaying (client_relay.cc).
-  struct Relay {
-    StreamCall* call = nullptr;  // until the upstream call ends
-    bool call_started = false;   // before: the head and the body read so far wait in `up`
-    std::string up;              // the request's head (and body) not yet handed to the call
-    std::string out;             // answer bytes gathered for one direct write to the client
-    UpstreamLimits limits;
-    bool request_done = false;  // the request's body was all read and relayed
-    bool chunked_up = false;    // its body goes upstream chunked
-    bool head_sent = false;     // the answer's head was queued to the client
-    BodyFraming framing = BodyFraming::kNone;
-    bool client_paused = false;    // reading from the client stopped: the upstream is behind
-    bool upstream_paused = false;  // reading from the upstream stopped: the client is behind
-    bool write_low_set = false;    // the output's low watermark is set (back-pressure seen)
-    bool recorded = false;         // counted and logged
-    std::string method, path, request_id, error_detail;
-    int status = 0;
-    int upstream_status = 0;
-    std::optional<ErrorCode> error;
-    std::optional<UpstreamError> upstream_error;
-    int64_t started_us = 0;
-    int64_t upstream_us = -1;
-    uint64_t bytes_out = 0;
-  };
   bool DecideBody();
   void StartRelay(const Config& config);
-  void StartRelayCall();
   void QueueOut(std::string_view bytes);
   void FlushOut();
   void PauseUpstreamIfBehind();
-  void RelayRequestBody(std::string_view piece);
-  void RelayRequestEnd();
-  void CheckUpstreamBacklog();
-  void OnRelayDone(UpstreamResult result);
-  void FinishRelay(bool clean);
   void AbortRelay(ErrorCode code, const std::string& detail);
-  void RecordRelay(bool client_closed);
   void OnRelayWritten();
 
-  Worker* worker_;
+  ClientEnv* env_;
   BufferEventPtr bev_;  // on a TLS port: made once the first byte tells TLS from plain HTTP
   evutil_socket_t fd_ = -1;
   SSL* pending_tls_ = nullptr;  // owned until bev_ takes it
@@ -132,8 +108,11 @@ class ClientConn final : public ResponseSink, public StreamReceiver {
   EventPtr resume_;  // continues after an answer the socket took at once
   State state_ = State::kIdle;
   Exchange* exchange_ = nullptr;
-  Relay relay_;
+  PassthroughRelay relay_;
   std::unique_ptr<H2Conn> h2_;
+  std::string relay_out_;  // answer bytes gathered for one direct write to the client
+  BodyFraming relay_framing_ = BodyFraming::kNone;
+  bool write_low_set_ = false;  // the output's low watermark is set (back-pressure seen)
   bool continue_sent_ = false;
   bool close_after_ = false;   // answer with Connection: close, then close
   bool head_request_ = false;  // the exchange in progress is a HEAD

@@ -11,7 +11,6 @@
 #include "proxy/exchange/exchange.h"
 #include "proxy/policy/guard.h"
 #include "proxy/policy/routes.h"
-#include "proxy/worker.h"
 
 namespace idemgate {
 namespace {
@@ -56,17 +55,17 @@ struct H2Conn::Stream final : ResponseSink {
   bool answered = false;
 };
 
-H2Conn::H2Conn(Worker* worker, bufferevent* bev, std::string peer_ip, bool tls,
+H2Conn::H2Conn(ClientEnv* env, bufferevent* bev, std::string peer_ip, bool tls,
                std::function<void(CloseReason)> close)
-    : worker_(worker),
+    : env_(env),
       bev_(bev),
       peer_ip_(std::move(peer_ip)),
       tls_(tls),
       close_(std::move(close)),
-      config_(worker->gateway().Snapshot()),
+      config_(env->Snapshot()),
       session_(this, LimitsFrom(*config_)) {
-  idle_timer_.Init<H2Conn, &H2Conn::OnIdleTimer>(worker->base(), this);
-  request_timer_.Init<H2Conn, &H2Conn::OnRequestTimer>(worker->base(), this);
+  idle_timer_.Init<H2Conn, &H2Conn::OnIdleTimer>(env->base(), this);
+  request_timer_.Init<H2Conn, &H2Conn::OnRequestTimer>(env->base(), this);
 }
 
 H2Conn::~H2Conn() { DetachAll(); }
@@ -74,7 +73,7 @@ H2Conn::~H2Conn() { DetachAll(); }
 void H2Conn::Start() {
   bufferevent_setwatermark(bev_, EV_WRITE, kWriteLow, 0);
   idle_timer_.Arm(config_->limits.idle_timeout_ms);
-  if (worker_->draining()) session_.StartGracefulShutdown();
+  if (env_->draining()) session_.StartGracefulShutdown();
   OnRead();
 }
 
@@ -129,7 +128,7 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_strea
   idle_timer_.Cancel();
   auto stream = std::make_unique<Stream>(this, id);
   // The limits in force when the request begins, as over HTTP/1.1 (a reload may have come).
-  stream->route = SelectRoute(worker_->gateway().Snapshot(), head);
+  stream->route = SelectRoute(env_->Snapshot(), head);
   stream->head_request = head.method == "HEAD";
   H2BodyPlan plan;
   plan.mode = H2BodyPlan::Mode::kBuffer;
@@ -147,7 +146,7 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_strea
     stream->request_done = true;  // from here the upstream call's timeouts apply
     stream->answered = true;      // the relay answers
     stream->relay = std::make_unique<H2Relay>(
-        worker_, &session_,
+        env_, &session_,
         [this] {
           if (!in_session_) Flush();
         },
@@ -157,7 +156,7 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_strea
     relay->Start(head, end_stream, *streams_[id]->route);
     return plan;
   }
-  deadlines_.emplace_back(worker_->MonoUs() / 1000 + config_->limits.client_timeout_ms, id);
+  deadlines_.emplace_back(env_->MonoUs() / 1000 + config_->limits.client_timeout_ms, id);
   if (!request_timer_.armed()) ArmRequestTimer();
   streams_[id] = std::move(stream);
   return plan;
@@ -169,8 +168,7 @@ void H2Conn::OnRequest(int32_t id, Request request) {
   Stream* s = it->second.get();
   s->request_done = true;
   if (s->answered) return;  // refused at its head
-  s->exchange = worker_->AddExchange(
-      std::make_unique<Exchange>(worker_, s, s->route, std::move(request), peer_ip_, tls_));
+  s->exchange = env_->NewExchange(s, s->route, std::move(request), peer_ip_, tls_);
   s->exchange->Start();  // may answer at once (Stream::SendResponse)
 }
 
@@ -203,7 +201,7 @@ void H2Conn::OnRequestRejected(int32_t id, ErrorCode code, const std::string& de
 // The gateway's own answer on a stream that has no exchange (refused, or too slow to arrive).
 void H2Conn::SubmitError(int32_t id, ErrorCode code, const std::string& detail) {
   auto error = std::make_shared<const StoredResponse>(MakeErrorResponse(code, detail));
-  worker_->RecordConnectionError(code, peer_ip_, error->body.size());
+  env_->RecordConnectionError(code, peer_ip_, error->body.size());
   bool send_body = false;
   H2Fields fields = H2AnswerFields(*error, false, {}, false, {}, &send_body);
   session_.SubmitResponse(id, std::move(fields), error, send_body);
@@ -252,7 +250,7 @@ void H2Conn::Flush() {
   // Finished with output still wanted: a client flooding without reading; no point waiting.
   if (session_.WantsWrite()) return CloseNow(CloseReason::kSocketError);
   if (evbuffer_get_length(out) == 0) {
-    CloseNow(worker_->draining() ? CloseReason::kShutdown : CloseReason::kAfterAnswer);
+    CloseNow(env_->draining() ? CloseReason::kShutdown : CloseReason::kAfterAnswer);
   }
   // Otherwise the write callback comes back here once the GOAWAY is out.
 }
@@ -266,7 +264,7 @@ void H2Conn::OnIdleTimer() {
 
 // limits.client_timeout for each stream's request, from its head: 408, as over HTTP/1.1.
 void H2Conn::OnRequestTimer() {
-  const int64_t now_ms = worker_->MonoUs() / 1000;
+  const int64_t now_ms = env_->MonoUs() / 1000;
   while (!deadlines_.empty() && deadlines_.front().first <= now_ms) {
     const int32_t id = deadlines_.front().second;
     deadlines_.pop_front();
@@ -281,7 +279,7 @@ void H2Conn::OnRequestTimer() {
 
 void H2Conn::ArmRequestTimer() {
   if (deadlines_.empty() || closed_) return;
-  const int64_t now_ms = worker_->MonoUs() / 1000;
+  const int64_t now_ms = env_->MonoUs() / 1000;
   request_timer_.Arm(std::max<int64_t>(deadlines_.front().first - now_ms, 0));
 }
 

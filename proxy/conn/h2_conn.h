@@ -16,15 +16,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include "proxy/exchange/exchange_env.h"
+#include "proxy/conn/client_env.h"
+#include "proxy/conn/conn_types.h"
+#include "proxy/exchange/response_sink.h"
 #include "proxy/http/h2_session.h"
 #include "proxy/net/event_util.h"
-#include "proxy/ops/metrics.h"
 
 namespace idemgate {
 
 class Exchange;
-class Worker;
 struct Config;
 
 // Whether a connection's first bytes begin the HTTP/2 preface (and HTTP/2 is on): kMaybe
@@ -34,7 +34,7 @@ H2Preface SniffH2(const Config& config, bufferevent* bev);
 class H2Conn final : public H2SessionHandler {
  public:
   // `close`: ends the owning connection (never called re-entrantly from inside the session).
-  H2Conn(Worker* worker, bufferevent* bev, std::string peer_ip, bool tls,
+  H2Conn(ClientEnv* env, bufferevent* bev, std::string peer_ip, bool tls,
          std::function<void(CloseReason)> close);
   ~H2Conn() override;
   H2Conn(const H2Conn&) = delete;
@@ -67,7 +67,7 @@ class H2Conn final : public H2SessionHandler {
   void ArmRequestTimer();
   void CloseNow(CloseReason reason);
 
-  Worker* worker_;
+  ClientEnv* env_;
   bufferevent* bev_;
   std::string peer_ip_;
   bool tls_;

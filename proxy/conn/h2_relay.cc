@@ -2,15 +2,14 @@
 // each direction held back while the other side is behind.
 #include "proxy/conn/h2_relay.h"
 
-#include <chrono>
 #include <cstdio>
 #include <utility>
 
+#include "proxy/conn/client_env.h"
 #include "proxy/exchange/exchange.h"
+#include "proxy/exchange/report.h"
 #include "proxy/http/request_id.h"
-#include "proxy/ops/access_log.h"
-#include "proxy/ops/metrics.h"
-#include "proxy/worker.h"
+#include "proxy/upstream/upstream_group.h"
 
 namespace idemgate {
 namespace {
@@ -34,9 +33,9 @@ ErrorCode ErrorFor(UpstreamError error) {
 
 }  // namespace
 
-H2Relay::H2Relay(Worker* worker, H2Session* session, std::function<void()> flush, int32_t stream,
+H2Relay::H2Relay(ClientEnv* env, H2Session* session, std::function<void()> flush, int32_t stream,
                  std::string peer_ip, bool tls)
-    : worker_(worker),
+    : env_(env),
       session_(session),
       flush_(std::move(flush)),
       stream_(stream),
@@ -48,7 +47,7 @@ H2Relay::~H2Relay() {
 }
 
 void H2Relay::Start(Request head, bool end_stream, const Config& route) {
-  started_us_ = worker_->MonoUs();
+  started_us_ = env_->MonoUs();
   request_id_ = AssignRequestId(&head);
   method_ = head.method;
   path_ = std::string(head.Path());
@@ -64,10 +63,9 @@ void H2Relay::Start(Request head, bool end_stream, const Config& route) {
   limits.group = route.upstream_group;
   std::string up = SerializeUpstreamRequestHead(head, peer_ip_, tls_ ? "https" : "http",
                                                 UpstreamHost(route.upstream), route.upstream.host);
-  UpstreamGroup* group = worker_->Group(limits.group);
-  if (group == nullptr) return OnDone(Worker::MissingGroup(limits.group));
-  call_ = group->SendStream(std::move(up), head_request_, limits, this,
-                            [this](UpstreamResult result) { OnDone(std::move(result)); });
+  call_ = env_->SendStream(std::move(up), head_request_, limits, this,
+                           [this](UpstreamResult result) { OnDone(std::move(result)); });
+  if (call_ == nullptr) OnDone(MissingGroupResult(limits.group));  // no such group now
 }
 
 void H2Relay::OnBody(std::string_view piece) {
@@ -143,7 +141,7 @@ void H2Relay::OnStreamGone(bool reset) {
 
 void H2Relay::OnDone(UpstreamResult result) {
   call_ = nullptr;
-  upstream_us_ = worker_->MonoUs() - started_us_;
+  upstream_us_ = env_->MonoUs() - started_us_;
   upstream_error_ = result.error;
   if (unconsumed_ > 0) {  // nothing more goes upstream: what waited is acknowledged, dropped
     session_->Consume(stream_, unconsumed_);
@@ -171,29 +169,22 @@ void H2Relay::OnDone(UpstreamResult result) {
 
 void H2Relay::Record(bool client_closed) {
   recorded_ = true;
-  ExchangeSample sample;
-  sample.outcome = Outcome::kPassthrough;
-  sample.error = error_;
-  sample.upstream_status = upstream_status_;
-  sample.upstream_error = upstream_error_;
-  sample.total_us = worker_->MonoUs() - started_us_;
-  sample.upstream_us = upstream_us_;
-  if (!worker_->WantsAccessEntry()) return worker_->RecordExchange(sample, nullptr);
-  AccessEntry entry;
-  entry.time = std::chrono::system_clock::now();
-  entry.method = method_;
-  entry.path = path_;
-  entry.client_ip = peer_ip_;
-  entry.request_id = request_id_;
-  entry.status = status_;
-  entry.outcome = OutcomeName(Outcome::kPassthrough);
-  entry.error = error_;
-  entry.error_detail = error_detail_;
-  entry.total_us = sample.total_us;
-  entry.upstream_us = upstream_us_;
-  entry.bytes_out = bytes_out_;
-  entry.client_closed = client_closed;
-  worker_->RecordExchange(sample, &entry);
+  RequestReport report;
+  report.outcome = Outcome::kPassthrough;
+  report.error = error_;
+  report.status = status_;
+  report.upstream_status = upstream_status_;
+  report.upstream_error = upstream_error_;
+  report.total_us = env_->MonoUs() - started_us_;
+  report.upstream_us = upstream_us_;
+  report.method = method_;
+  report.path = path_;
+  report.client_ip = peer_ip_;
+  report.request_id = request_id_;
+  report.error_detail = error_detail_;
+  report.bytes_out = bytes_out_;
+  report.client_closed = client_closed;
+  RecordReport(*env_, report);
 }
 
 }  // namespace idemgate

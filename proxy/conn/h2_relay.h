@@ -17,13 +17,13 @@
 
 namespace idemgate {
 
-class Worker;
+class ClientEnv;
 struct Config;
 
 class H2Relay final : public StreamReceiver {
  public:
   // `flush`: sends what the session has queued (when not inside the session).
-  H2Relay(Worker* worker, H2Session* session, std::function<void()> flush, int32_t stream,
+  H2Relay(ClientEnv* env, H2Session* session, std::function<void()> flush, int32_t stream,
           std::string peer_ip, bool tls);
   ~H2Relay() override;  // a call still running is cancelled
   H2Relay(const H2Relay&) = delete;
@@ -48,7 +48,7 @@ class H2Relay final : public StreamReceiver {
   void OnDone(UpstreamResult result);
   void Record(bool client_closed);
 
-  Worker* worker_;
+  ClientEnv* env_;
   H2Session* session_;
   std::function<void()> flush_;
   int32_t stream_;

@@ -9,24 +9,14 @@
 #include "common/log.h"
 #include "conf/config.h"
 #include "proxy/exchange/replay_cache.h"
+#include "proxy/exchange/report.h"
 #include "proxy/exchange/wait_registry.h"
 #include "proxy/http/request_id.h"
-#include "proxy/ops/access_log.h"
-#include "proxy/ops/metrics.h"
+#include "proxy/policy/record_id.h"
 #include "proxy/policy/routes.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
-
-// The Host for requests that came without one: the upstream's host, and its port unless default.
-std::string UpstreamHost(const Config::Upstream& upstream) {
-  const std::string& host = upstream.addr.host;
-  std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  if (upstream.addr.port != (upstream.tls ? 443 : 80)) {
-    out += ":" + std::to_string(upstream.addr.port);
-  }
-  return out;
-}
 
 namespace {
 // An attempt's upstream call ends this long before its lease (less when the lease leaves less
@@ -245,6 +235,10 @@ void Exchange::OnClaim(ClaimResult result) {
       // Answered already (a hard stop while the claim was pending): the client was told nothing
       // went upstream, so nothing may. Give the key back.
       if (answered_) return Release(ErrorCode::kStoreUnavailable);
+      // SPEC §12 A3: a backend's committed fence says the lost attempt executed: never again.
+      if (outcome_ == Outcome::kTakeover && result.fenced_attempt > 0) {
+        return RefuseTakeover(result.fenced_attempt);
+      }
       if (outcome_ == Outcome::kTakeover && !config_->idempotency.takeover) return RefuseTakeover();
       // Past the lease a retry may take over: the upstream's answer and its completion must
       // land before that, with a margin for the completion's own synced write.
@@ -290,9 +284,9 @@ void Exchange::Forward() {
     limits.deadline = std::chrono::steady_clock::time_point(
         std::chrono::microseconds(complete_deadline_us_));
   }
-  std::string bytes = SerializeUpstreamRequest(request_, client_ip_, proto_,
-                                               UpstreamHost(config_->upstream),
-                                               config_->upstream.host);
+  std::string bytes = SerializeUpstreamRequest(
+      request_, client_ip_, proto_, UpstreamHost(config_->upstream), config_->upstream.host,
+      guarded ? FenceHeaderLines(guard_.scope, guard_.key, token_.attempt) : std::string());
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
                      [this](UpstreamResult result) { OnUpstream(std::move(result)); });
 }
@@ -343,9 +337,19 @@ void Exchange::OnUpstream(UpstreamResult result) {
 // C5: with takeover off, the attempt that lost its lease is never re-run. This claim now owns the
 // key and stores the indeterminate answer (R4) in its place, so every retry replays it; a crash
 // before that store leaves the record in flight, and the next claim lands here again.
-void Exchange::RefuseTakeover() {
+// With `fenced_attempt` (SPEC §12 A3), whatever takeover says: that attempt executed (its
+// backend's fence committed) and only its answer was lost.
+void Exchange::RefuseTakeover(uint32_t fenced_attempt) {
   outcome_ = Outcome::kLostAttempt;
   error_ = ErrorCode::kUpstreamFailed;
+  if (fenced_attempt > 0) {
+    std::string n = std::to_string(fenced_attempt);
+    error_detail_ = "attempt " + n + " executed (fenced); its answer was lost";
+    return CompleteWith(MakeErrorResponse(
+        ErrorCode::kUpstreamFailed, "Attempt " + n +
+                                        " of this request executed; its answer was lost. It is "
+                                        "not executed again."));
+  }
   error_detail_ = "an earlier attempt lost its lease; takeover is off";
   CompleteWith(MakeErrorResponse(
       ErrorCode::kUpstreamFailed,
@@ -477,40 +481,34 @@ std::shared_ptr<const StoredResponse> Exchange::ShareReplay(Record record) {
 }
 
 void Exchange::RecordFinished() {
-  int64_t total_us = env_->MonoUs() - started_us_;
-  ExchangeSample sample;
-  sample.outcome = outcome_;
-  sample.error = error_;
-  sample.upstream_status = upstream_status_;
-  sample.upstream_error = upstream_error_kind_;
-  sample.total_us = total_us;
-  sample.upstream_us = upstream_us_;
   if (waited_us_ >= 0 && wait_end_ == WaitEnd::kNone) {
     wait_end_ = outcome_ == Outcome::kReplay     ? WaitEnd::kReplayed
                 : outcome_ == Outcome::kInFlight ? WaitEnd::kTimedOut
                                                  : WaitEnd::kClaimed;
   }
-  sample.wait_end = wait_end_;
-  sample.wait_us = waited_us_;
-  if (!env_->WantsAccessEntry()) return env_->RecordExchange(sample, nullptr);
-  AccessEntry entry;
-  entry.time = std::chrono::system_clock::now();
-  entry.method = request_.method;
-  entry.path = request_.Path();
-  entry.client_ip = client_ip_;
-  entry.request_id = request_id_;
-  entry.status = status_;
-  entry.outcome = OutcomeName(outcome_);
-  entry.error = error_;
-  entry.error_detail = error_detail_;
-  entry.attempt = OwnsClaim() ? token_.attempt : 0;
-  entry.total_us = total_us;
-  entry.upstream_us = upstream_us_;
-  entry.wait_us = waited_us_;
-  entry.bytes_out = bytes_out_;
-  entry.client_closed = client_closed_ || sink_ == nullptr;  // the client went first
-  if (guard_.kind == GuardKind::kGuarded) entry.key_hash = KeyHash(guard_.scope, guard_.key);
-  env_->RecordExchange(sample, &entry);
+  RequestReport report;
+  report.outcome = outcome_;
+  report.error = error_;
+  report.status = status_;
+  report.upstream_status = upstream_status_;
+  report.upstream_error = upstream_error_kind_;
+  report.total_us = env_->MonoUs() - started_us_;
+  report.upstream_us = upstream_us_;
+  report.wait_end = wait_end_;
+  report.wait_us = waited_us_;
+  report.method = request_.method;
+  report.path = request_.Path();
+  report.client_ip = client_ip_;
+  report.request_id = request_id_;
+  report.error_detail = error_detail_;
+  report.attempt = OwnsClaim() ? token_.attempt : 0;
+  report.bytes_out = bytes_out_;
+  report.client_closed = client_closed_ || sink_ == nullptr;  // the client went first
+  if (guard_.kind == GuardKind::kGuarded) {
+    report.scope = &guard_.scope;
+    report.key = guard_.key;
+  }
+  RecordReport(*env_, report);
 }
 
 }  // namespace idemgate

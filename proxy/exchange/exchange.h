@@ -12,6 +12,7 @@
 #include <string>
 
 #include "proxy/exchange/exchange_env.h"
+#include "proxy/exchange/report_types.h"
 #include "proxy/http/http_message.h"
 #include "proxy/policy/errors.h"
 #include "proxy/policy/guard.h"
@@ -20,22 +21,6 @@
 namespace idemgate {
 
 struct Config;
-
-// How an exchange ended, for the access log and metrics.
-enum class Outcome {
-  kPassthrough,  // not guarded, proxied straight through
-  kFresh,        // first execution of a key
-  kTakeover,     // re-execution after an expired lease
-  kReplay,       // the stored response, replayed
-  kInFlight,     // 409: another attempt owns the key
-  kMismatch,     // 422: the key was used for a different request
-  kLostAttempt,  // C5 (takeover = false): an earlier attempt was lost; answered a stored 502
-  kRejected,     // the gateway answered an error before anything went upstream
-};
-const char* OutcomeName(Outcome outcome);
-
-// The Host for requests that came without one: the upstream's host, and its port unless default.
-std::string UpstreamHost(const Config::Upstream& upstream);
 
 // What an exchange is doing, and so what it waits for.
 enum class Phase {
@@ -49,18 +34,6 @@ enum class Phase {
   kDone,        // answered, nothing outstanding: handed back to be freed
 };
 const char* PhaseName(Phase phase);
-
-// How a duplicate's wait for the first answer ended (SPEC §10), for metrics.
-enum class WaitEnd {
-  kNone,        // did not wait
-  kReplayed,    // the owner's answer came: replayed
-  kClaimed,     // the key was released or its lease ran out: claimed again (ran, or was judged)
-  kTimedOut,    // the wait ran out: 409
-  kClientGone,  // the client went away while waiting
-  kShutdown,    // the gateway shut down: 409
-};
-inline constexpr size_t kWaitEndCount = static_cast<size_t>(WaitEnd::kShutdown) + 1;
-const char* WaitEndName(WaitEnd end);
 
 // RFC 7240: the seconds of a `Prefer: wait=N` among the request's headers; -1 when absent.
 int64_t ParsePreferWait(const Headers& headers);
@@ -111,7 +84,7 @@ class Exchange {
            outcome_ == Outcome::kLostAttempt;
   }
   void OnUpstream(UpstreamResult result);
-  void RefuseTakeover();
+  void RefuseTakeover(uint32_t fenced_attempt = 0);
   void CompleteWith(StoredResponse response);
   void SendComplete();
   void OnComplete(const StoreStatus& status);

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/exchange/response_sink.h"
 #include "proxy/upstream/upstream.h"
 #include "store/clock.h"
 #include "store/store.h"
@@ -21,17 +22,6 @@ class WaitRegistry;
 struct AccessEntry;
 struct ExchangeSample;
 enum class StoreOp;
-
-// Where an exchange's one answer goes: the client connection (tests: a recorder).
-class ResponseSink {
- public:
-  virtual ~ResponseSink() = default;
-  // The response may be shared with other answers (a cached replay): it is never modified.
-  // `extra_headers`: header lines ("Name: value\r\n") of this answer only (Age, R6;
-  // Preference-Applied, §10), sent after the stored ones.
-  virtual void SendResponse(std::shared_ptr<const StoredResponse> response, bool replayed,
-                            std::string_view extra_headers) = 0;
-};
 
 // A one-shot timer on the exchange's loop. Destroying it disarms it.
 class LoopTimer {

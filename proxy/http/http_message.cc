@@ -205,6 +205,11 @@ void AppendUpstreamHead(std::string& out, const Request& request, std::string_vi
     if (HeaderNameEquals(h.name, "Expect")) continue;
     // The gateway states the protocol it received; a client-sent value could be spoofed.
     if (HeaderNameEquals(h.name, "X-Forwarded-Proto")) continue;
+    // SPEC §12 A1: the fencing token is the gateway's; a client cannot forge one.
+    if (HeaderNameEquals(h.name, "Idempotency-Attempt") ||
+        HeaderNameEquals(h.name, "Idempotency-Record")) {
+      continue;
+    }
     if (HeaderNameEquals(h.name, "X-Forwarded-For")) {
       if (!forwarded_for.empty()) forwarded_for.append(", ");
       forwarded_for.append(h.value);
@@ -227,10 +232,12 @@ void AppendUpstreamHead(std::string& out, const Request& request, std::string_vi
 
 std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
                                      std::string_view proto, std::string_view default_host,
-                                     std::string_view host_override) {
+                                     std::string_view host_override,
+                                     std::string_view extra_headers) {
   std::string out;
   out.reserve(256 + request.body.size());
   AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
+  out.append(extra_headers);
   if (!request.body.empty() || MethodCarriesBody(request.method)) {
     AppendHeader(&out, "Content-Length", std::to_string(request.body.size()));
   }

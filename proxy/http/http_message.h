@@ -92,10 +92,13 @@ struct Response {
 // X-Forwarded-For (appended) and X-Forwarded-Proto added; Host and everything else as sent.
 // A request without Host (HTTP/1.0 allows that; it goes out as HTTP/1.1, which does not) gets
 // `default_host`, the upstream's host[:port], when that is not empty. A non-empty
-// `host_override` (upstream.host) replaces the client's Host.
+// `host_override` (upstream.host) replaces the client's Host. A client's Idempotency-Attempt
+// and Idempotency-Record are never forwarded (SPEC §12 A1); `extra_headers` (whole header
+// lines, each ending in CRLF: the gateway's own fencing headers) are added.
 std::string SerializeUpstreamRequest(const Request& request, std::string_view client_ip,
                                      std::string_view proto, std::string_view default_host = {},
-                                     std::string_view host_override = {});
+                                     std::string_view host_override = {},
+                                     std::string_view extra_headers = {});
 
 // How a streamed body is framed on the wire (passthrough relaying).
 enum class BodyFraming {

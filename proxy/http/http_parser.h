@@ -10,7 +10,6 @@
 #include <string_view>
 
 #include "proxy/http/http_message.h"
-#include "proxy/policy/errors.h"
 
 namespace idemgate {
 
@@ -23,9 +22,6 @@ enum class ParseError {
 
 // Receives a streamed message's decoded body, piece by piece (passthrough relaying).
 using BodySink = std::function<void(std::string_view piece)>;
-
-// The gateway's answer to a request that failed to parse: 400, 413 or 431 (SPEC §7).
-ErrorCode ErrorCodeFor(ParseError error);
 
 // Parses requests one at a time from a client byte stream (pipelining: Feed stops at the end
 // of each message, so the bytes after it stay with the caller).

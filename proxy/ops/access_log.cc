@@ -2,7 +2,6 @@
 #include "proxy/ops/access_log.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,36 +97,11 @@ void AppendRfc3339(std::string* out, int64_t unix_ms, bool millis) {
   out->push_back('Z');
 }
 
-// Fetched once: EVP_sha256() looks the provider's implementation up again on every digest (and
-// the context below is reused per thread for the same reason).
-const EVP_MD* Sha256Md() {
-  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  return md;
-}
-
 }  // namespace
 
 std::string FormatRfc3339(int64_t unix_ms, bool millis) {
   std::string out;
   AppendRfc3339(&out, unix_ms, millis);
-  return out;
-}
-
-std::string KeyHash(const ScopeId& scope, std::string_view key) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  thread_local std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                                           &EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), Sha256Md(), nullptr);
-  EVP_DigestUpdate(ctx.get(), scope.data(), scope.size());
-  EVP_DigestUpdate(ctx.get(), key.data(), key.size());
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 0; i < 8; ++i) {
-    out[2 * i] = kHex[md[i] >> 4];
-    out[2 * i + 1] = kHex[md[i] & 15];
-  }
   return out;
 }
 

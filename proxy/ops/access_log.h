@@ -15,39 +15,14 @@
 #include <string_view>
 #include <thread>
 
-#include "proxy/policy/errors.h"
-#include "store/record.h"
+#include "proxy/exchange/report_types.h"
 
 namespace idemgate {
-
-// What one access-log line says. Never the credential, never the raw key.
-struct AccessEntry {
-  std::chrono::system_clock::time_point time;
-  std::string_view method;
-  std::string_view path;  // without the query string
-  std::string_view client_ip;
-  std::string_view request_id;  // X-Request-Id; empty = omitted
-  int status = 0;
-  const char* outcome = "";
-  std::optional<ErrorCode> error;
-  std::string_view error_detail;  // why (the upstream's or the store's message); empty = omitted
-  uint32_t attempt = 0;  // fresh and takeover only; 0 = omitted
-  int64_t total_us = 0;
-  int64_t upstream_us = -1;  // -1 = nothing went upstream
-  int64_t wait_us = -1;      // a duplicate's wait for a first answer (§10); -1 = did not wait
-  uint64_t bytes_out = 0;
-  std::string key_hash;  // empty = unguarded
-  // The client went away before its answer (as nginx: logged as status 499, with the answer it
-  // would have had, which a guarded request's retry replays, as answer_status).
-  bool client_closed = false;
-};
 
 // {"time":...,"method":...} without the trailing newline.
 std::string FormatAccessLine(const AccessEntry& entry);
 // The same, appended to *out (a buffer the caller reuses: no allocation per line).
 void AppendAccessLine(const AccessEntry& entry, std::string* out);
-// The first 16 hex digits of SHA-256(scope id || key).
-std::string KeyHash(const ScopeId& scope, std::string_view key);
 // RFC 3339 UTC: "2024-05-01T12:00:00Z", or with milliseconds "2024-05-01T12:00:00.123Z".
 std::string FormatRfc3339(int64_t unix_ms, bool millis);
 

@@ -1,4 +1,5 @@
-// The admin listener: evhttp on its own thread; metrics, health, readiness and the record API.
+// The admin listener: evhttp on its own thread; metrics, health, readiness (its probes are in
+// probes.cc) and the record API.
 #include "proxy/ops/admin.h"
 
 #include <event2/buffer.h>
@@ -26,8 +27,10 @@
 #include "proxy/net/tls.h"
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/metrics.h"
+#include "proxy/policy/digest.h"
 #include "proxy/policy/errors.h"
 #include "proxy/policy/guard.h"
+#include "proxy/policy/record_id.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -40,8 +43,6 @@ constexpr milliseconds kStoreProbeTimeout{2'000};
 constexpr milliseconds kUpstreamProbeMaxTimeout{2'000};
 constexpr milliseconds kStoreCallTimeout{5'000};
 constexpr int kAdminTimeoutS = 10;  // an admin connection's read/write timeout
-// The readiness probe's record: an all-zero scope id (no SHA-256 output) and a reserved key.
-constexpr char kProbeKey[] = "idemgate-internal-readyz-probe";
 constexpr char kCredentialHeader[] = "X-Idemgate-Credential";
 
 void Reply(evhttp_request* req, int code, const char* reason, const char* content_type,
@@ -76,13 +77,6 @@ void ReplyError(evhttp_request* req, int code, const char* reason, const char* e
             std::string("{\"error\":\"") + error + "\",\"detail\":\"" + JsonEscape(detail) + "\"}");
 }
 
-std::string Sha256(std::string_view text) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr);
-  return std::string(reinterpret_cast<char*>(md), len);
-}
-
 // "Bearer <token>" with the scheme compared case-insensitively; empty when absent.
 std::string BearerToken(const char* header) {
   if (header == nullptr) return {};
@@ -114,9 +108,10 @@ class Query {
 
 std::string HexPrefix(const Fingerprint& fingerprint) { return FingerprintPrefix(fingerprint); }
 
-std::string RecordJson(const Record& record) {
+// `record_id`: what a backend sees in Idempotency-Record (SPEC §12 A1).
+std::string RecordJson(const Record& record, const std::string& record_id) {
   bool completed = record.state == RecordState::kCompleted;
-  std::string out = "{\"state\":\"";
+  std::string out = "{\"record_id\":\"" + record_id + "\",\"state\":\"";
   out += completed ? "completed" : "in_flight";
   out += "\",\"attempt\":" + std::to_string(record.attempt);
   out += ",\"created\":\"" + FormatRfc3339(record.created_ms, false) + "\"";
@@ -145,23 +140,11 @@ std::string PeerAddress(evhttp_request* req) {
   return address == nullptr ? std::string("unknown") : std::string(address);
 }
 
-// The first 16 hex digits of SHA-256(record key): names the record without logging the key.
-std::string RecordKeyHash(const ScopeId& scope, const std::string& key) {
-  std::string digest = Sha256(MakeRecordKey(scope, key));
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 8; ++i) {
-    out.push_back(kHex[static_cast<uint8_t>(digest[i]) >> 4]);
-    out.push_back(kHex[static_cast<uint8_t>(digest[i]) & 15]);
-  }
-  return out;
-}
-
 // One stderr line per admin delete: who asked, which record, its state, forced, the outcome.
 void LogDelete(evhttp_request* req, const ScopeId& scope, const std::string& key,
                const std::string& state, bool force, const char* outcome) {
   LogF(LogLevel::kInfo, "admin", "delete: client=%s record=%s state=%s forced=%s result=%s",
-       PeerAddress(req).c_str(), RecordKeyHash(scope, key).c_str(), state.c_str(),
+       PeerAddress(req).c_str(), KeyHash(scope, key).c_str(), state.c_str(),
        force ? "true" : "false", outcome);
 }
 
@@ -207,82 +190,6 @@ void RefuseInFlight(evhttp_request* req, const Record& record, TimeMs now) {
 }
 
 }  // namespace
-
-std::string ProbeStore(Store* store, milliseconds timeout) {
-  auto done = std::make_shared<std::promise<StoreStatus>>();
-  std::future<StoreStatus> result = done->get_future();
-  ClaimRequest claim;
-  claim.scope = ScopeId{};
-  claim.key = kProbeKey;
-  claim.lease_ms = 1'000;
-  claim.ttl_ms = 60'000;
-  // Runs on the store's thread; a winning claim is released at once (a first attempt's record
-  // is deleted, R3a), so the probe leaves nothing behind.
-  store->Claim(std::move(claim), [store, done](ClaimResult claimed) {
-    if (!claimed.status.ok()) return done->set_value(claimed.status);
-    if (claimed.outcome == ClaimOutcome::kFresh || claimed.outcome == ClaimOutcome::kTakeover) {
-      return store->Release(claimed.token, [done](StoreStatus s) { done->set_value(s); });
-    }
-    done->set_value(StoreStatus{});  // another probe holds it: the store still answered
-  });
-  if (result.wait_for(timeout) != std::future_status::ready) {
-    return "no answer within " + std::to_string(timeout.count()) + "ms";
-  }
-  StoreStatus status = result.get();
-  if (status.ok()) return {};
-  return status.message.empty() ? "the store refused the write" : status.message;
-}
-
-std::string ProbeUpstream(const HostPort& upstream, milliseconds timeout, SSL_CTX* tls) {
-  std::string where = upstream.host + ":" + std::to_string(upstream.port);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string port = std::to_string(upstream.port);
-  if (int rc = getaddrinfo(upstream.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-    return "cannot resolve " + where + ": " + gai_strerror(rc);
-  }
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  std::string error;
-  if (fd < 0) {
-    error = std::string("socket: ") + strerror(errno);
-  } else if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
-    error = "cannot connect to " + where + ": " + strerror(errno);
-  } else {
-    pollfd p{fd, POLLOUT, 0};
-    int n = poll(&p, 1, static_cast<int>(timeout.count()));
-    int so_error = 0;
-    socklen_t len = sizeof(so_error);
-    if (n == 0) {
-      error = "no connection to " + where + " within " + std::to_string(timeout.count()) + "ms";
-    } else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0) {
-      error = "cannot connect to " + where + ": " + strerror(errno);
-    } else if (so_error != 0) {
-      error = "cannot connect to " + where + ": " + strerror(so_error);
-    } else if (tls != nullptr) {  // https: the handshake and certificate check, as requests do
-      error = ProbeTlsHandshake(fd, tls, upstream.host, static_cast<int>(timeout.count()));
-      if (!error.empty()) error = where + ": " + error;
-    }
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-  return error;
-}
-
-std::string ProbeUpstreamGroup(const Config::Upstream& group, milliseconds timeout,
-                               SSL_CTX* tls) {
-  std::vector<HostPort> servers = group.addrs;
-  if (servers.empty()) servers.push_back(group.addr);
-  std::string errors;
-  for (const HostPort& server : servers) {
-    std::string error = ProbeUpstream(server, timeout, tls);
-    if (error.empty()) return "";
-    errors += (errors.empty() ? "" : "; ") + error;
-  }
-  return errors;
-}
 
 AdminServer::AdminServer(Gateway* gateway, Metrics* metrics)
     : gateway_(gateway), metrics_(metrics) {}
@@ -394,7 +301,7 @@ bool AdminServer::Authorize(evhttp_request* req, const Config& config) {
   const char* header = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
   std::string given = BearerToken(header);
   // Compare digests so neither the content nor the length of the token leaks through timing.
-  std::string a = Sha256(given), b = Sha256(config.admin.token);
+  std::string a = Sha256Digest(given), b = Sha256Digest(config.admin.token);
   if (given.empty() || CRYPTO_memcmp(a.data(), b.data(), a.size()) != 0) {
     evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                       "Bearer realm=\"idemgate-admin\"");
@@ -545,7 +452,7 @@ void AdminServer::LookupRecord(evhttp_request* req, const ScopeId& scope, const 
                       "The store could not be read.");
   }
   if (found.outcome == LookupOutcome::kMiss) return ReplyNoRecord(req, scope, key);
-  ReplyJson(req, 200, "OK", RecordJson(found.record));
+  ReplyJson(req, 200, "OK", RecordJson(found.record, RecordIdHex(scope, key)));
 }
 
 void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const std::string& key,
@@ -587,7 +494,7 @@ void AdminServer::DeleteRecord(evhttp_request* req, const ScopeId& scope, const 
   LogDelete(req, scope, key, state, force, "deleted");
   std::string body = "{\"deleted\":true";
   if (force) body += ",\"forced\":true";
-  if (readable) body += ",\"record\":" + RecordJson(record);
+  if (readable) body += ",\"record\":" + RecordJson(record, RecordIdHex(scope, key));
   ReplyJson(req, 200, "OK", body + "}");
 }
 

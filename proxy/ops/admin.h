@@ -17,6 +17,7 @@
 #include "conf/config.h"
 #include "proxy/net/event_util.h"
 #include "proxy/ops/gateway.h"
+#include "proxy/ops/probes.h"
 
 struct evhttp;
 struct evhttp_request;
@@ -24,16 +25,6 @@ struct evhttp_request;
 namespace idemgate {
 
 class Metrics;
-
-// The readiness probes, usable on their own (they block the calling thread, never a loop).
-// Empty on success, else the reason.
-std::string ProbeStore(Store* store, std::chrono::milliseconds timeout);
-// `tls` (may be null): an https upstream, probed with a verified TLS handshake.
-std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds timeout,
-                          SSL_CTX* tls = nullptr);
-// "" when at least one server of the group answers ProbeUpstream; else every server's error.
-std::string ProbeUpstreamGroup(const Config::Upstream& group, std::chrono::milliseconds timeout,
-                               SSL_CTX* tls = nullptr);
 
 class AdminServer {
  public:

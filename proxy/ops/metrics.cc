@@ -313,24 +313,6 @@ void Metrics::RenderWaits(MetricsWriter* w) const {
                       counts, sum, 1e-6);
 }
 
-const char* CloseReasonName(CloseReason reason) {
-  switch (reason) {
-    case CloseReason::kClientClosed:
-      return "client_closed";
-    case CloseReason::kSocketError:
-      return "socket_error";
-    case CloseReason::kIdleTimeout:
-      return "idle_timeout";
-    case CloseReason::kAfterAnswer:
-      return "after_answer";
-    case CloseReason::kShutdown:
-      return "shutdown";
-    case CloseReason::kWriteFailed:
-      return "write_failed";
-  }
-  return "unknown";
-}
-
 // What limits.max_connections, limits.max_unsent_bytes and the descriptor limit turned away.
 void Metrics::RenderConnectionLimits(MetricsWriter* w) const {
   uint64_t refused = 0, accept_errors = 0, dropped = 0;

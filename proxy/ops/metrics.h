@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "proxy/exchange/exchange.h"
+#include "proxy/conn/conn_types.h"
+#include "proxy/exchange/report_types.h"
 #include "proxy/policy/errors.h"
-#include "proxy/upstream/upstream.h"
+#include "proxy/upstream/upstream_types.h"
 
 namespace idemgate {
 
@@ -29,9 +30,6 @@ inline constexpr size_t kUpstreamErrorCount = static_cast<size_t>(UpstreamError:
 // anything went upstream, outside the in_flight (409) and mismatch (422) outcomes. Only these get
 // an idemgate_requests_total{outcome="rejected",code} series, so no series stays 0 forever.
 bool CanBeRejected(ErrorCode code);
-
-enum class StoreOp { kClaim, kComplete, kRelease };
-inline constexpr size_t kStoreOpCount = 3;
 
 // Fixed upper bounds (inclusive, in the histogram's unit); +Inf is implicit.
 class Histogram {
@@ -47,30 +45,6 @@ class Histogram {
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1
   std::atomic<uint64_t> sum_{0};
 };
-
-// What one finished exchange contributes.
-struct ExchangeSample {
-  Outcome outcome = Outcome::kPassthrough;
-  std::optional<ErrorCode> error;  // the gateway's own error answer, if any
-  int upstream_status = 0;         // 0: no upstream response
-  std::optional<UpstreamError> upstream_error;
-  int64_t total_us = 0;
-  int64_t upstream_us = -1;           // -1: nothing went upstream
-  WaitEnd wait_end = WaitEnd::kNone;  // a duplicate that waited for a first answer (§10)
-  int64_t wait_us = -1;               // -1: did not wait
-};
-
-// Why a client connection was closed (every close carries one).
-enum class CloseReason {
-  kClientClosed,  // the client closed its side before or between requests
-  kSocketError,   // a read or write failed (reset, TLS error)
-  kIdleTimeout,   // limits.idle_timeout between requests, or a client that read nothing
-  kAfterAnswer,   // Connection: close, HTTP/1.0, or an error that ends the connection
-  kShutdown,      // the gateway is draining
-  kWriteFailed,   // the answer could not be queued (limits.max_unsent_bytes, no memory)
-};
-inline constexpr size_t kCloseReasonCount = static_cast<size_t>(CloseReason::kWriteFailed) + 1;
-const char* CloseReasonName(CloseReason reason);
 
 // One worker's counters. Written by its loop (and nothing else on the hot path).
 class MetricsShard {

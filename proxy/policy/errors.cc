@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "proxy/http/http_parser.h"
+
 namespace idemgate {
 namespace {
 
@@ -92,6 +94,17 @@ StoredResponse MakeErrorResponse(ErrorCode code, std::string_view detail) {
   response.body = std::string("{\"error\":\"") + info.code + "\",\"detail\":\"" + JsonEscape(text) +
                   "\"}";
   return response;
+}
+
+ErrorCode ErrorCodeFor(ParseError error) {
+  switch (error) {
+    case ParseError::kBodyTooLarge:
+      return ErrorCode::kRequestTooLarge;
+    case ParseError::kHeadersTooLarge:
+      return ErrorCode::kHeadersTooLarge;
+    default:
+      return ErrorCode::kBadRequest;
+  }
 }
 
 }  // namespace idemgate

@@ -41,4 +41,8 @@ std::string JsonEscape(std::string_view text);
 // uses the default. Extra headers (Retry-After, WWW-Authenticate) are added by the caller.
 StoredResponse MakeErrorResponse(ErrorCode code, std::string_view detail = {});
 
+// What the gateway answers a request the parser refused with (http/http_parser.h).
+enum class ParseError;
+ErrorCode ErrorCodeFor(ParseError error);
+
 }  // namespace idemgate

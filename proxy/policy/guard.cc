@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "proxy/policy/digest.h"
+
 namespace idemgate {
 namespace {
 
@@ -53,21 +55,7 @@ bool IsBareScheme(std::string_view header_name, std::string_view normalized) {
   return false;
 }
 
-// SHA-256 and HMAC implementations fetched once per process: EVP_sha256() and EVP_Q_mac look
-// the provider's implementation up again on every call (measured at ~4% of a replay).
-const EVP_MD* Sha256() {
-  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  return md;
-}
-
-// One digest context per thread, reset by each EVP_DigestInit_ex: creating and freeing one per
-// hash cost more than hashing a request's few hundred bytes.
-EVP_MD_CTX* ThreadDigestCtx() {
-  thread_local std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
-                                                                           &EVP_MD_CTX_free);
-  return ctx.get();
-}
-
+// The HMAC implementation, fetched once per process (as Sha256(), digest.h).
 EVP_MAC* Hmac() {
   static EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
   return mac;

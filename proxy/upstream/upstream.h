@@ -16,16 +16,9 @@
 #include "conf/config.h"
 #include "proxy/http/http_message.h"
 #include "proxy/net/event_util.h"
+#include "proxy/upstream/upstream_types.h"
 
 namespace idemgate {
-
-enum class UpstreamError {
-  kNone,
-  kUnavailable,  // could not connect (refused, unreachable, connect timeout): nothing was sent
-  kFailed,       // reset, EOF or malformed response after the request was sent
-  kTooLarge,     // the response body is over limits.max_response_body
-  kTimeout,      // no complete response within upstream.response_timeout
-};
 
 struct UpstreamResult {
   UpstreamError error = UpstreamError::kNone;
@@ -34,6 +27,9 @@ struct UpstreamResult {
   // kUnavailable: the request, never sent, handed back (a group retries it on another server).
   std::string unsent_request;
 };
+
+// The Host for requests that came without one: the upstream's host, and its port unless default.
+std::string UpstreamHost(const Config::Upstream& upstream);
 
 using UpstreamCallback = std::function<void(UpstreamResult)>;
 

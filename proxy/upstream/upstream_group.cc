@@ -379,4 +379,11 @@ void UpstreamGroup::AbortAll(const std::string& detail) {
   for (Server& server : servers_) server.pool->AbortAll(detail);
 }
 
+UpstreamResult MissingGroupResult(const std::string& name) {
+  UpstreamResult result;
+  result.error = UpstreamError::kUnavailable;
+  result.detail = "no upstream group '" + name + "' is running (named groups are restart-only)";
+  return result;
+}
+
 }  // namespace idemgate

@@ -110,4 +110,8 @@ class UpstreamGroup {
   bool resolving_ = false;
 };
 
+// What a call to a group the running config does not have ends with: a route added by a reload
+// names a group the workers do not have (groups are built at start-up). Nothing went upstream.
+UpstreamResult MissingGroupResult(const std::string& name);
+
 }  // namespace idemgate

@@ -14,6 +14,7 @@ from .gateway import RESPONSE_TIMEOUT_S, Idemgate, PlantedProxy
 from .nemesis import DiskFull, Nemesis
 from .pg import PgCluster
 from .upstream import Upstream
+from .fencing_upstream import FencingUpstream
 
 # The kinds of campaign: the real idemgate on RocksDB or (two instances) on PostgreSQL, and the
 # planted faulty gateways of --self-test.
@@ -111,7 +112,11 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     workdir = tempfile.mkdtemp(prefix=f"chaos-{kind}-")
     store_dir = os.path.join(workdir, "store")
     os.makedirs(store_dir)
-    upstream = Upstream(seed, slow_s=RESPONSE_TIMEOUT_S + 0.5)
+    fencing = getattr(opts, "fencing_upstream", None) if kind in PG_KINDS else None
+    if fencing:  # docs/fencing.md: executions are rows in the gateways' database
+        upstream = FencingUpstream(seed, RESPONSE_TIMEOUT_S + 0.5, fence=(fencing == "fence"))
+    else:
+        upstream = Upstream(seed, slow_s=RESPONSE_TIMEOUT_S + 0.5)
     disk_full, cluster = None, None
     if kind in PG_KINDS:
         cluster = PgCluster(synchronous=(kind != "planted-pg-async"))
@@ -125,6 +130,8 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     try:
         if cluster is not None:
             cluster.start()
+            if fencing:
+                upstream.start(cluster.dsn())
         if start_all(gws, [], "at the start") is None:
             raise SystemExit(f"the gateway did not start; see {workdir}/gateway*.log")
         stats["recovery_s"] = []
@@ -136,8 +143,9 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
         if took is not None:
             stats["clean restart s"] = took
             replays = replay_all(rec, [gw.port for gw in gws], seed)
-        twice, unrec = checks.check(rec, upstream.log.snapshot(), replays, opts.takeover,
-                                    violations)
+        # With a fencing backend no second execution is excused: zero, not "explained".
+        twice, unrec = checks.check(rec, upstream.log.snapshot(), replays,
+                                    opts.takeover and fencing != "fence", violations)
         stats["not recorded"] = unrec
     finally:
         for gw in gws:
@@ -194,6 +202,8 @@ def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations
         f"{k}: {v}" for k, v in sorted(stats.get("not recorded", {}).items())) or "0"))
     rows.append(("keys executed twice, and why", ", ".join(f"{k}: {v}" for k, v in
                                                            sorted(twice.items())) or "0"))
+    if getattr(upstream, "fence", None) is not None:
+        rows += fencing_rows(rec, upstream)
     rows.append(("violations", len(violations)))
     w = max(len(r[0]) for r in rows)
     lines = [f"  {name:<{w}}  {val}" for name, val in rows]
@@ -208,3 +218,15 @@ def summarize(kind, seed, minutes, opts, rec, upstream, stats, twice, violations
             lines.append(f"  VIOLATION {inv}: {len(by_inv[inv])}, e.g.")
             lines += [f"    {e}" for e in by_inv[inv][:3]]
     return "\n".join(lines)
+
+
+def fencing_rows(rec, upstream):
+    """What fencing did (docs/fencing.md): the stored 502s for attempts that executed with their
+    answer lost, and the stale attempts the fence refused."""
+    lost = sum(1 for answers in rec.finals.values()
+               if any(a[0] == 502 and b"its answer was lost" in a[2] for a in answers))
+    return [("upstream", "fencing (idemgate_fence in the backend's transaction)" if upstream.fence
+             else "control: the same backend without the fence"),
+            ("keys answered 502 'executed, answer lost'", lost),
+            ("attempts refused by the fence (rolled back)", upstream.log.fenced if upstream.log
+             else 0)]

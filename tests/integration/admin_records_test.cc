@@ -87,12 +87,17 @@ TEST_F(RecordApiTest, ReturnsTheRecordForTheRightToken) {
     ASSERT_EQ(r.status, 200) << query << " " << r.raw;
     EXPECT_EQ(r.Header("Content-Type"), "application/json");
     static const std::regex kShape(
-        R"re(\{"state":"completed","attempt":1,"created":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",)re"
+        R"re(\{"record_id":"([0-9a-f]{32})","state":"completed","attempt":1,)re"
+        R"re("created":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",)re"
         R"re("expires":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ","fingerprint":"([0-9a-f]{16})",)re"
         R"re("status":201\}\n)re");
     std::smatch m;
     ASSERT_TRUE(std::regex_match(r.body, m, kShape)) << r.body;
-    EXPECT_EQ(m[1], fp);
+    // SPEC §12 A1: the record id is what the upstream was sent in Idempotency-Record.
+    ASSERT_TRUE(upstream_.last_request().has_value());
+    EXPECT_EQ(m[1], upstream_.last_request()->Header("Idempotency-Record").value_or("?"));
+    EXPECT_EQ(upstream_.last_request()->Header("Idempotency-Attempt"), "1");
+    EXPECT_EQ(m[2], fp);
   }
   // Another caller's scope, and an unknown key: 404.
   HeaderList other = {{"Authorization", std::string("Bearer ") + kToken},

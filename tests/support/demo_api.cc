@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <cctype>
+#include <cstdio>
 #include <ctime>
 
 #include "tests/support/http_text.h"
@@ -78,6 +79,9 @@ struct DemoApi::Pending {
   int status = 0;
   std::string body;
   std::string location;
+  std::string amount;           // what Execute creates
+  std::string record, attempt;  // the fencing headers (SPEC §12 A1), empty when absent
+  bool execute_later = false;   // hold_first_ms: Execute runs when the timer fires
   DemoApi* api = nullptr;
   EventPtr timer;
 };
@@ -95,6 +99,15 @@ bool DemoApi::Start(const Options& options) {
   if (base_) return false;
   InitLibeventOnce();
   options_ = options;
+  if (!options_.pg_dsn.empty()) {
+    ledger_ = std::make_unique<DemoLedger>();
+    std::string error;
+    if (!ledger_->Open(options_.pg_dsn, options_.fence, &error)) {
+      std::fprintf(stderr, "demo ledger: %s\n", error.c_str());
+      ledger_.reset();
+      return false;
+    }
+  }
   base_.reset(event_base_new());
   http_.reset(evhttp_new(base_.get()));
   if (!base_ || !http_) return false;
@@ -152,29 +165,68 @@ void DemoApi::HandlePost(evhttp_request* req) {
   pending->req = req;
   pending->api = this;
   std::string detail;
-  std::string amount = ExtractAmount(RequestBody(req), &detail);
-  if (amount.empty()) {
+  pending->amount = ExtractAmount(RequestBody(req), &detail);
+  evkeyvalq* in = evhttp_request_get_input_headers(req);
+  const char* record = evhttp_find_header(in, "Idempotency-Record");
+  const char* attempt = evhttp_find_header(in, "Idempotency-Attempt");
+  if (record != nullptr && attempt != nullptr) {
+    pending->record = record;
+    pending->attempt = attempt;
+  }
+  int delay_ms = options_.delay_ms;
+  if (posts_++ == 0 && ledger_ && options_.hold_first_ms != 0) {
+    pending->execute_later = true;
+    delay_ms = options_.hold_first_ms;
+  }
+  if (pending->amount.empty()) {
     pending->status = 400;
     pending->body = ErrorJson("invalid_amount", detail);
-  } else {
-    std::string id;
-    pending->status = 201;
-    pending->body = CreateIntent(amount, &id);
-    pending->location = std::string(kCollection) + "/" + id;
+  } else if (!pending->execute_later) {
+    Execute(pending.get());
   }
-  if (options_.delay_ms <= 0) {
-    return Reply(req, pending->status, pending->body, pending->location);
-  }
+  if (delay_ms == 0) return Reply(req, pending->status, pending->body, pending->location);
   Pending* raw = pending.get();
-  raw->timer.reset(evtimer_new(base_.get(), &DemoApi::OnDelayElapsed, raw));
-  timeval tv{options_.delay_ms / 1000, (options_.delay_ms % 1000) * 1000};
-  evtimer_add(raw->timer.get(), &tv);
   pending_.emplace(raw, std::move(pending));
+  if (delay_ms < 0) return;  // held until Stop
+  raw->timer.reset(evtimer_new(base_.get(), &DemoApi::OnDelayElapsed, raw));
+  timeval tv{delay_ms / 1000, (delay_ms % 1000) * 1000};
+  evtimer_add(raw->timer.get(), &tv);
+}
+
+void DemoApi::Execute(Pending* pending) {
+  std::string id;
+  if (!ledger_) {
+    pending->status = 201;
+    pending->body = CreateIntent(pending->amount, &id);
+    pending->location = std::string(kCollection) + "/" + id;
+    return;
+  }
+  id = RandomIntentId();
+  std::string detail;
+  switch (ledger_->Create(id, pending->amount, pending->record, pending->attempt, &detail)) {
+    case DemoLedger::Result::kCreated:
+      pending->status = 201;
+      pending->body = CreateIntent(pending->amount, &id, id);
+      pending->location = std::string(kCollection) + "/" + id;
+      return;
+    case DemoLedger::Result::kFenced:  // a stale attempt: rolled back, nothing was done
+      fenced_.fetch_add(1);
+      pending->status = 409;
+      pending->body = ErrorJson("attempt_fenced", "This attempt was superseded; nothing was done.");
+      return;
+    case DemoLedger::Result::kFailed:
+      std::fprintf(stderr, "demo ledger: %s\n", detail.c_str());
+      pending->status = 503;
+      pending->body =
+          ErrorJson("ledger_unavailable", "The payment ledger failed; nothing was done.");
+      return;
+  }
 }
 
 void DemoApi::OnDelayElapsed(evutil_socket_t, short, void* arg) {
   auto* pending = static_cast<Pending*>(arg);
   DemoApi* self = pending->api;
+  if (pending->execute_later && !pending->amount.empty()) self->Execute(pending);
   self->Reply(pending->req, pending->status, pending->body, pending->location);
   self->pending_.erase(pending);
 }
@@ -199,8 +251,9 @@ void DemoApi::HandleGet(evhttp_request* req, std::string_view path) {
   Reply(req, 404, ErrorJson("not_found", "No such payment intent."), "");
 }
 
-std::string DemoApi::CreateIntent(const std::string& amount, std::string* id) {
-  *id = RandomIntentId();
+std::string DemoApi::CreateIntent(const std::string& amount, std::string* id,
+                                  const std::string& given_id) {
+  *id = given_id.empty() ? RandomIntentId() : given_id;
   std::string json = "{\"id\":\"" + *id + "\",\"state\":\"created\",\"version\":1,\"amount\":\"" +
                      amount + "\",\"created_at\":" + std::to_string(std::time(nullptr)) + "}";
   {

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "tests/support/demo_ledger.h"
 #include "tests/support/ev_util.h"
 
 namespace idemgate::test {
@@ -27,6 +28,13 @@ class DemoApi {
     std::string host = "127.0.0.1";
     uint16_t port = 0;  // 0: the kernel picks one; read it back with port()
     int delay_ms = 0;   // every POST answer waits this long (an evtimer; the loop keeps running)
+    // Non-empty: intents are written to this PostgreSQL database (the gateway's), one
+    // transaction each, which calls idemgate_fence first when `fence` (docs/fencing.md).
+    std::string pg_dsn;
+    bool fence = true;
+    // PostgreSQL mode: the first POST waits this long before its transaction (-1: it never
+    // runs, the request is held until Stop): an attempt that reaches the database late.
+    int hold_first_ms = 0;
   };
 
   DemoApi();
@@ -34,7 +42,8 @@ class DemoApi {
   DemoApi(const DemoApi&) = delete;
   DemoApi& operator=(const DemoApi&) = delete;
 
-  // Binds, then runs the loop on a new thread. False when binding fails or already started.
+  // Binds (and, with pg_dsn, connects), then runs the loop on a new thread. False when binding
+  // or connecting fails, or already started.
   bool Start(const Options& options);
   bool Start(uint16_t port = 0);
   // Stops the loop and joins its thread; pending delayed answers are dropped. Idempotent.
@@ -48,16 +57,20 @@ class DemoApi {
   bool WaitForExecutions(int64_t n, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   // Intents created (201 answers).
   int64_t created() const { return created_.load(); }
+  // PostgreSQL mode: attempts whose fence was refused (rolled back, nothing done).
+  int64_t fenced() const { return fenced_.load(); }
 
  private:
   struct Pending;  // a delayed POST answer
 
   static void OnRequest(evhttp_request* req, void* arg);
   static void OnDelayElapsed(evutil_socket_t, short, void* arg);
+  void Execute(Pending* pending);  // the intent: in memory, or in PostgreSQL (fenced)
   void HandlePost(evhttp_request* req);
   void HandleGet(evhttp_request* req, std::string_view path);
   void Reply(evhttp_request* req, int status, const std::string& body, const std::string& location);
-  std::string CreateIntent(const std::string& amount, std::string* id);
+  std::string CreateIntent(const std::string& amount, std::string* id,
+                           const std::string& given_id = {});
 
   Options options_;
   uint16_t port_ = 0;
@@ -66,10 +79,13 @@ class DemoApi {
   LoopThread loop_;
   std::atomic<int64_t> executions_{0};
   std::atomic<int64_t> created_{0};
+  std::atomic<int64_t> fenced_{0};
   std::mutex mu_;
   std::condition_variable cv_;                            // signalled on every execution
   std::map<std::string, std::string> intents_;            // id -> JSON; guarded by mu_
   std::map<Pending*, std::unique_ptr<Pending>> pending_;  // loop thread only
+  std::unique_ptr<DemoLedger> ledger_;                    // pg_dsn set
+  int64_t posts_ = 0;                                     // loop thread only
 };
 
 }  // namespace idemgate::test

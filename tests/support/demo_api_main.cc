@@ -13,7 +13,12 @@
 namespace {
 
 void Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s --port N [--host 127.0.0.1] [--delay-ms D]\n", argv0);
+  std::fprintf(stderr,
+               "usage: %s --port N [--host 127.0.0.1] [--delay-ms D]\n"
+               "          [--pg-dsn DSN [--no-fence] [--hold-first-ms H]]\n"
+               "  --pg-dsn: intents go to that PostgreSQL database (the gateway's), each in a\n"
+               "  transaction that calls idemgate_fence first (--no-fence: it does not)\n",
+               argv0);
 }
 
 bool ParseInt(const char* s, long max, long* out) {
@@ -29,7 +34,12 @@ bool ParseArgs(int argc, char** argv, idemgate::test::DemoApi::Options* options)
   bool have_port = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h" || i + 1 >= argc) return false;
+    if (arg == "--help" || arg == "-h") return false;
+    if (arg == "--no-fence") {
+      options->fence = false;
+      continue;
+    }
+    if (i + 1 >= argc) return false;
     const char* value = argv[++i];
     long n = 0;
     if (arg == "--port" && ParseInt(value, 65535, &n)) {
@@ -37,6 +47,10 @@ bool ParseArgs(int argc, char** argv, idemgate::test::DemoApi::Options* options)
       have_port = true;
     } else if (arg == "--delay-ms" && ParseInt(value, 3'600'000, &n)) {
       options->delay_ms = static_cast<int>(n);
+    } else if (arg == "--hold-first-ms" && ParseInt(value, 3'600'000, &n)) {
+      options->hold_first_ms = static_cast<int>(n);
+    } else if (arg == "--pg-dsn") {
+      options->pg_dsn = value;
     } else if (arg == "--host") {
       options->host = value;
     } else {

@@ -35,6 +35,9 @@ class QueuedStore final : public Store {
       if (TakeFailure(&result.status)) return done(std::move(result));
       std::string key = MakeRecordKey(request.scope, request.key);
       ClaimDecision d = DecideClaim(Find(key), request, key, ClaimTime{clock_->NowMs(), clock_->NowMs()}, ++next_owner_);
+      if (d.result.outcome == ClaimOutcome::kTakeover && fenced.count(key) != 0) {
+        d.result.fenced_attempt = fenced[key];  // as PgStore reports a backend's fence
+      }
       Apply(key, d.action, d.record);
       done(std::move(d.result));
     });
@@ -103,6 +106,7 @@ class QueuedStore final : public Store {
   }
 
   std::map<std::string, Record> records;
+  std::map<std::string, uint32_t> fenced;  // record key -> the attempt a backend fenced
   bool shared = false;  // as PostgreSQL: other instances write it; kNoWait reads nothing
   int claims = 0, completes = 0, releases = 0, lookups = 0;
 

@@ -254,6 +254,59 @@ TEST_F(ExchangeTest, TakeoverOffNeverReexecutesALostAttemptC5) {
   EXPECT_EQ(Only(Begin(Post("k1"))).response.status, 502);
 }
 
+// SPEC §12 A1: every guarded request upstream carries its attempt and record id; a takeover
+// carries the next attempt and the same id, and a client's own copies never go upstream.
+TEST_F(ExchangeTest, GuardedRequestsCarryTheirAttemptAndRecordId) {
+  Request forged = Post("k1");
+  forged.headers.push_back({"Idempotency-Attempt", "9"});
+  forged.headers.push_back({"Idempotency-Record", "00000000000000000000000000000000"});
+  int a = Begin(forged);
+  Settle();
+  ASSERT_EQ(env_.upstream.size(), 1u);
+  const std::string& first = env_.upstream[0].request;
+  EXPECT_NE(first.find("\r\nIdempotency-Attempt: 1\r\n"), std::string::npos) << first;
+  size_t at = first.find("\r\nIdempotency-Record: ");
+  ASSERT_NE(at, std::string::npos) << first;
+  std::string id = first.substr(at + 22, 32);
+  EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+  EXPECT_EQ(first.find("Idempotency-Attempt: 9"), std::string::npos) << first;
+  EXPECT_EQ(first.find("00000000000000000000000000000000"), std::string::npos) << first;
+  Get(a)->DetachClient();
+  clock_.Advance(31'000);
+  Begin(Post("k1"));
+  Settle();
+  ASSERT_EQ(env_.upstream.size(), 2u);
+  EXPECT_NE(env_.upstream[1].request.find(
+                "\r\nIdempotency-Attempt: 2\r\nIdempotency-Record: " + id + "\r\n"),
+            std::string::npos)
+      << env_.upstream[1].request;
+  int pass = Begin(Post(""));  // passthrough: no token
+  EXPECT_EQ(env_.upstream.at(2).request.find("Idempotency-"), std::string::npos);
+  AnswerUpstream(2, Answer(200, "ok"));
+  (void)pass;
+}
+
+// SPEC §12 A3: a takeover of an attempt that a backend fenced stores and answers the 502 "attempt
+// N executed; its answer was lost", with takeover on, and never goes upstream again.
+TEST_F(ExchangeTest, TakeoverOfAFencedAttemptStoresTheLostAnswer) {
+  int a = Begin(Post("k1"));
+  Settle();
+  Get(a)->DetachClient();                            // the gateway running it is gone
+  store_.fenced[store_.records.begin()->first] = 1;  // the backend committed attempt 1
+  clock_.Advance(31'000);
+  int b = Begin(Post("k1"));
+  Settle();
+  EXPECT_EQ(env_.upstream.size(), 1u);
+  EXPECT_EQ(Only(b).response.status, 502);
+  EXPECT_NE(Only(b).response.body.find("Attempt 1 of this request executed; its answer was lost"),
+            std::string::npos)
+      << Only(b).response.body;
+  EXPECT_EQ(Get(b), nullptr);
+  int c = Begin(Post("k1"));
+  EXPECT_TRUE(Only(c).replayed);
+  EXPECT_EQ(Only(c).response, Only(b).response);
+}
+
 TEST_F(ExchangeTest, StoreFailureOnClaimIs503AndNothingGoesUpstreamR3b) {
   store_.FailNext(StoreCode::kIoError);
   int id = Begin(Post("k1"));

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "proxy/conn/unsent_budget.h"
+
 namespace idemgate {
 namespace {
 

@@ -104,6 +104,34 @@ TEST(HttpMessage, SerializeUpstreamRequest) {
             "{\"amount\":1}");
 }
 
+// SPEC §12 A1: the fencing headers are the gateway's. A client's copies never go upstream (any
+// case, guarded or streamed); the gateway's own lines are added before the framing.
+TEST(HttpMessage, ClientFencingHeadersAreDroppedAndTheGatewaysAdded) {
+  Request r = PostRequest();
+  r.headers.emplace_back("Idempotency-Attempt", "1");
+  r.headers.emplace_back("idempotency-record", "00000000000000000000000000000000");
+  r.headers.emplace_back("IDEMPOTENCY-ATTEMPT", "7");
+  std::string out = SerializeUpstreamRequest(
+      r, "192.0.2.7", "https", {}, {}, "Idempotency-Attempt: 2\r\nIdempotency-Record: ab\r\n");
+  EXPECT_EQ(out,
+            "POST /v1/payment_intents?expand=1 HTTP/1.1\r\n"
+            "Host: api.example\r\n"
+            "Authorization: Bearer m\r\n"
+            "Idempotency-Key: order-1\r\n"
+            "X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n"
+            "X-Forwarded-Proto: https\r\n"
+            "Idempotency-Attempt: 2\r\n"
+            "Idempotency-Record: ab\r\n"
+            "Content-Length: 12\r\n"
+            "\r\n"
+            "{\"amount\":1}");
+  r.content_length = 12;
+  std::string head = SerializeUpstreamRequestHead(r, "192.0.2.7", "https");
+  EXPECT_EQ(head.find("dempotency-Attempt"), std::string::npos) << head;
+  EXPECT_EQ(head.find("dempotency-Record"), std::string::npos) << head;
+  EXPECT_EQ(head.find("DEMPOTENCY"), std::string::npos) << head;
+}
+
 TEST(HttpMessage, UpstreamRequestContentLengthRules) {
   Request get;
   get.method = "GET";

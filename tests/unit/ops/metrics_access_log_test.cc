@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "proxy/ops/access_log.h"
+#include "proxy/policy/digest.h"
 #include "tests/support/temp_dir.h"
 
 namespace idemgate {

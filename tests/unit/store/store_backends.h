@@ -75,7 +75,8 @@ class PgBackend final : public Backend {
     std::string error;
     idemgate::test::PgCluster& pg = SharedPg();
     if (fresh)
-      pg.Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema", nullptr, &error);
+      pg.Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema, idemgate_fences", nullptr,
+              &error);
     PgStoreOptions o;
     o.dsn = pg.Dsn(0);
     o.connections = 8;

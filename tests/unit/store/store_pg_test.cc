@@ -38,7 +38,8 @@ class PgStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    SharedPg().Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema", nullptr, &error);
+    SharedPg().Exec(0, "DROP TABLE IF EXISTS idemgate_records, idemgate_schema, idemgate_fences",
+                    nullptr, &error);
   }
   std::unique_ptr<Store> Open(std::string* error, int64_t cleanup_ms = 60'000,
                               const std::string& app = "idemgate-test") {
@@ -55,11 +56,11 @@ class PgStoreTest : public ::testing::Test {
 TEST_F(PgStoreTest, CreatesTheSchemaAndRefusesAnUnknownVersion) {
   std::string error;
   ASSERT_NE(Open(&error), nullptr) << error;
-  EXPECT_EQ(Sql("SELECT version FROM idemgate_schema"), "1");
-  Sql("UPDATE idemgate_schema SET version = 2");
+  EXPECT_EQ(Sql("SELECT version FROM idemgate_schema"), "2");
+  Sql("UPDATE idemgate_schema SET version = 3");
   EXPECT_EQ(Open(&error), nullptr);
-  EXPECT_NE(error.find("schema has version 2"), std::string::npos) << error;
-  EXPECT_NE(error.find("knows only version 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("schema has version 3"), std::string::npos) << error;
+  EXPECT_NE(error.find("knows only version 2"), std::string::npos) << error;
 }
 
 TEST_F(PgStoreTest, RefusesToOpenWhenTheDatabaseIsUnreachable) {

@@ -1,0 +1,42 @@
+// The one report builder (see report.h).
+#include "proxy/exchange/report.h"
+
+#include "proxy/policy/digest.h"
+
+namespace idemgate {
+
+ExchangeSample SampleOf(const RequestReport& report) {
+  ExchangeSample sample;
+  sample.outcome = report.outcome;
+  sample.error = report.error;
+  sample.upstream_status = report.upstream_status;
+  sample.upstream_error = report.upstream_error;
+  sample.total_us = report.total_us;
+  sample.upstream_us = report.upstream_us;
+  sample.wait_end = report.wait_end;
+  sample.wait_us = report.wait_us;
+  return sample;
+}
+
+AccessEntry AccessEntryOf(const RequestReport& report) {
+  AccessEntry entry;
+  entry.time = std::chrono::system_clock::now();
+  entry.method = report.method;
+  entry.path = report.path;
+  entry.client_ip = report.client_ip;
+  entry.request_id = report.request_id;
+  entry.status = report.status;
+  entry.outcome = OutcomeName(report.outcome);
+  entry.error = report.error;
+  entry.error_detail = report.error_detail;
+  entry.attempt = report.attempt;
+  entry.total_us = report.total_us;
+  entry.upstream_us = report.upstream_us;
+  entry.wait_us = report.wait_us;
+  entry.bytes_out = report.bytes_out;
+  entry.client_closed = report.client_closed;
+  if (report.scope != nullptr) entry.key_hash = KeyHash(*report.scope, report.key);
+  return entry;
+}
+
+}  // namespace idemgate

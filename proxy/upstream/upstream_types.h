@@ -1,0 +1,15 @@
+// How an upstream call ended: the one upstream type the request's report (exchange/
+// report_types.h) and the metrics carry, without the pool's interfaces.
+#pragma once
+
+namespace idemgate {
+
+enum class UpstreamError {
+  kNone,
+  kUnavailable,  // could not connect (refused, unreachable, connect timeout): nothing was sent
+  kFailed,       // reset, EOF or malformed response after the request was sent
+  kTooLarge,     // the response body is over limits.max_response_body
+  kTimeout,      // no complete response within upstream.response_timeout
+};
+
+}  // namespace idemgate
