@@ -27,6 +27,7 @@ struct Config {
     HostPort addr;         // parsed from address
     std::string tls_cert;  // PEM file; TLS on the client side when both are set
     std::string tls_key;
+    bool http2 = true;  // SPEC §14 H1: h2 by ALPN (TLS) and by prior knowledge (plain)
   } listen;
 
   // An upstream group: one server (url) or several (servers), all http:// or all https://.
@@ -113,6 +114,8 @@ struct Config {
     uint64_t max_unsent_bytes = 256 << 20;
     // Duplicates waiting for a first answer at once (SPEC §10 W3), per instance; past it, 409.
     int64_t max_waiters = 10'000;
+    // Concurrent HTTP/2 streams per client connection (SPEC §14 H5).
+    int64_t http2_max_streams = 100;
   } limits;
 
   struct Server {

@@ -243,6 +243,9 @@ const KeySpec kKeys[] = {
      "HTTP)."},
     {"listen", "tls_key", Kind::kPath, kRestart, FIELD(listen.tls_key), 0, 0, nullptr,
      "PEM private key for tls_cert; set together with tls_cert."},
+    {"listen", "http2", Kind::kBool, kRestart, FIELD(listen.http2), 0, 0, nullptr,
+     "Accept HTTP/2 from clients: h2 by ALPN on TLS, the preface on plain HTTP (false: HTTP/1.1 "
+     "only)."},
 
     {"upstream", "url", Kind::kString, kRestart, FIELD(upstream.url), 0, 0, CheckUpstreamUrl,
      "The origin: \"http://host[:port]\" or \"https://host[:port]\", no path (default port 80 "
@@ -376,6 +379,10 @@ const KeySpec kKeys[] = {
     {"limits", "max_waiters", Kind::kInt, kLive, FIELD(limits.max_waiters), 0, 10'000'000, nullptr,
      "Duplicates waiting for a first answer at once (per instance); past it a duplicate gets 409 "
      "at once."},
+    {"limits", "http2_max_streams", Kind::kInt, kLive, FIELD(limits.http2_max_streams), 1,
+     10'000, nullptr,
+     "Concurrent HTTP/2 streams per client connection (1 to 10000); a new connection takes a "
+     "change."},
 
     {"server", "workers", Kind::kInt, kRestart, FIELD(server.workers), 0, 64, nullptr,
      "Worker event-loop threads: 0 = one per CPU core, otherwise 1 to 64."},

@@ -147,6 +147,7 @@ bool Server::OpenTls(const Config& config, std::string* error) {
                                error)) {
       return false;
     }
+    OfferAlpn(server_tls_.get(), config.listen.http2);
     gateway_.server_tls = server_tls_.get();
   }
   if (config.upstream.tls) {

@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libevent-dev node-llhttp libssl-dev
   librocksdb-dev libtomlplusplus-dev libgtest-dev libgmock-dev libbenchmark-dev curl openssl
-  postgresql libpq-dev)
+  postgresql libpq-dev libnghttp2-dev nghttp2-client)
 # The Patroni tests and scripts/chaos --backend patroni: etcd, Patroni, HAProxy (scripts/test).
 PATRONI_PACKAGES=(patroni etcd-server haproxy)
 

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 
+#include "proxy/conn/h2_conn.h"
 #include "proxy/conn/unsent_budget.h"
 #include "proxy/exchange/exchange.h"
 #include "proxy/policy/routes.h"
@@ -34,6 +35,7 @@ ClientConn::ClientConn(ClientEnv* env, evutil_socket_t fd, std::string peer_ip, 
 }
 
 ClientConn::~ClientConn() {
+  h2_.reset();  // its exchanges detach
   if (exchange_) exchange_->DetachClient();
   if (pending_tls_ != nullptr) {
     SSL_free(pending_tls_);
@@ -91,10 +93,12 @@ void ClientConn::StartStream(bool serve) {
 
 void ClientConn::ReadCb(bufferevent*, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
+  if (self->h2_) return self->h2_->OnRead();
   if (self->state_ == State::kLingering) {
     evbuffer_drain(bufferevent_get_input(self->bev_.get()), SIZE_MAX);
     return;
   }
+  if (self->state_ == State::kIdle && !self->parser_->started() && self->TryHttp2()) return;
   // New bytes on an idle connection begin a request: it gets the limits in force now (a
   // reload may have come while the connection sat idle). BeginIdle refreshed them already for
   // bytes that were waiting then.
@@ -102,11 +106,19 @@ void ClientConn::ReadCb(bufferevent*, void* arg) {
   self->ProcessInput();
 }
 
-void ClientConn::WriteCb(bufferevent*, void* arg) { static_cast<ClientConn*>(arg)->OnWritten(); }
+void ClientConn::WriteCb(bufferevent*, void* arg) {
+  auto* self = static_cast<ClientConn*>(arg);
+  if (self->h2_) return self->h2_->OnWritten();
+  self->OnWritten();
+}
 
 void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
   if (what & BEV_EVENT_CONNECTED) return;  // the TLS handshake finished
+  if (self->h2_) {
+    return self->Close((what & BEV_EVENT_ERROR) ? CloseReason::kSocketError
+                                                : CloseReason::kClientClosed);
+  }
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
     self->read_eof_ = true;
     if (self->exchange_ != nullptr) self->exchange_->ClientClosed();  // logged as 499
@@ -336,7 +348,23 @@ void ClientConn::OnTimer() {
   }
 }
 
+// Whether the connection's first bytes are the HTTP/2 preface (by prior knowledge on a plain
+// port, after ALPN h2 on a TLS one): then H2Conn serves it from here on. True also while too
+// few bytes have come to tell (the rest is awaited).
+bool ClientConn::TryHttp2() {
+  const H2Preface preface = SniffH2(*parser_config_, bev_.get());
+  if (preface == H2Preface::kNo) return false;
+  if (preface == H2Preface::kMaybe) return true;
+  timer_.Cancel();
+  state_ = State::kHttp2;
+  h2_ = std::make_unique<H2Conn>(env_, bev_.get(), peer_ip_, tls_,
+                                 [this](CloseReason reason) { Close(reason); });
+  h2_->Start();
+  return true;
+}
+
 void ClientConn::CloseWhenIdle() {
+  if (h2_) return h2_->Shutdown();
   if (state_ == State::kIdle) return Close(CloseReason::kShutdown);
   close_after_ = true;
 }
@@ -344,6 +372,7 @@ void ClientConn::CloseWhenIdle() {
 void ClientConn::Close(CloseReason reason) {
   if (closed_) return;
   closed_ = true;
+  if (h2_) h2_->DetachAll();
   if (exchange_) {
     exchange_->DetachClient();
     exchange_ = nullptr;

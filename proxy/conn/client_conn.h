@@ -25,6 +25,7 @@
 namespace idemgate {
 
 class Exchange;
+class H2Conn;
 
 class ClientConn final : public StreamSink {
  public:
@@ -62,6 +63,7 @@ class ClientConn final : public StreamSink {
     kWriting,    // the answer is being written; then the next request is read
     kClosing,    // the last answer is being written; then the connection lingers
     kLingering,  // half-closed: discarding input until EOF or a short timeout
+    kHttp2,      // the client sent the HTTP/2 preface: h2_ serves the connection
   };
 
   static void ReadCb(bufferevent*, void* arg);
@@ -69,6 +71,7 @@ class ClientConn final : public StreamSink {
   static void EventCb(bufferevent*, short what, void* arg);
   void StartStream(bool serve);
   void OnFirstBytes();
+  bool TryHttp2();  // h2_conn.h: the preface starts HTTP/2 (SPEC §14 H1)
   void ProcessInput();
   void OnParsed();
   void StartExchange();
@@ -107,6 +110,7 @@ class ClientConn final : public StreamSink {
   State state_ = State::kIdle;
   Exchange* exchange_ = nullptr;
   PassthroughRelay relay_;
+  std::unique_ptr<H2Conn> h2_;
   std::string relay_out_;  // answer bytes gathered for one direct write to the client
   BodyFraming relay_framing_ = BodyFraming::kNone;
   bool write_low_set_ = false;  // the output's low watermark is set (back-pressure seen)

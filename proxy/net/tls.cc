@@ -45,6 +45,32 @@ SslCtxPtr MakeServerTlsContext(const std::string& cert_file, const std::string& 
   return ctx;
 }
 
+namespace {
+
+int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+               unsigned int inlen, void* arg) {
+  static const unsigned char kWithH2[] = "\x02h2\x08http/1.1";
+  static const unsigned char kH1Only[] = "\x08http/1.1";
+  const bool http2 = arg != nullptr;
+  const unsigned char* ours = http2 ? kWithH2 : kH1Only;
+  const unsigned int ours_len = http2 ? sizeof(kWithH2) - 1 : sizeof(kH1Only) - 1;
+  unsigned char* chosen = nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, ours, ours_len, in, inlen) !=
+      OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_NOACK;  // nothing in common: no ALPN, the handshake goes on
+  }
+  *out = chosen;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+}  // namespace
+
+void OfferAlpn(SSL_CTX* ctx, bool http2) {
+  // Any non-null pointer says "h2 on"; the context outlives every connection.
+  static int on = 1;
+  SSL_CTX_set_alpn_select_cb(ctx, SelectAlpn, http2 ? &on : nullptr);
+}
+
 SslCtxPtr MakeClientTlsContext(const std::string& ca_file, std::string* error) {
   SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
   if (!ctx || !SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION)) {

@@ -19,6 +19,10 @@ using SslCtxPtr = std::unique_ptr<SSL_CTX, SslCtxDeleter>;
 SslCtxPtr MakeServerTlsContext(const std::string& cert_file, const std::string& key_file,
                                std::string* error);
 
+// ALPN on the client-facing context (SPEC §14 H1): "h2" (when `http2`) and "http/1.1", in the
+// server's order of preference; a client that offers neither gets no ALPN, and HTTP/1.1.
+void OfferAlpn(SSL_CTX* ctx, bool http2);
+
 // For https upstreams: peer verification on, TLS 1.2+. `ca_file` empty = system CA store.
 SslCtxPtr MakeClientTlsContext(const std::string& ca_file, std::string* error);
 

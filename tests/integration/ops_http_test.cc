@@ -53,8 +53,10 @@ TEST_F(GatewayTest, EmptyCredentialIsToldItIsEmpty) {
   EXPECT_EQ(upstream_.requests(), 0);
 }
 
-// `curl --http2-prior-knowledge`: the HTTP/2 connection preface gets a JSON 400 that says so.
+// With listen.http2 = false, `curl --http2-prior-knowledge`: the preface gets a JSON 400 that
+// says so.
 TEST_F(GatewayTest, Http2PrefaceIsToldHttp2IsNotSpoken) {
+  Set("listen", "http2", "false");  // SPEC §14 H1: with HTTP/2 off, the preface gets this 400
   StartGateway();
   TestClient client(port_);
   // The preface, then an empty SETTINGS frame, as curl sends them.

@@ -40,6 +40,7 @@ void ExpectDefaults(const Config& c) {
   EXPECT_EQ(c.listen.addr.port, 8080);
   EXPECT_EQ(c.listen.tls_cert, "");
   EXPECT_EQ(c.listen.tls_key, "");
+  EXPECT_TRUE(c.listen.http2);
   EXPECT_EQ(c.upstream.url, "http://127.0.0.1:9000");
   EXPECT_FALSE(c.upstream.tls);
   EXPECT_EQ(c.upstream.addr.host, "127.0.0.1");
@@ -66,6 +67,7 @@ void ExpectDefaults(const Config& c) {
   EXPECT_EQ(c.limits.idle_timeout_ms, 60'000);
   EXPECT_EQ(c.limits.max_connections, 10'000);
   EXPECT_EQ(c.limits.max_unsent_bytes, 256u << 20);
+  EXPECT_EQ(c.limits.http2_max_streams, 100);
   EXPECT_EQ(c.server.workers, 0);
   EXPECT_EQ(c.server.shutdown_grace_ms, 10'000);
   EXPECT_EQ(c.admin.address, "127.0.0.1:9901");
@@ -93,6 +95,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
   const std::vector<std::string> keys = {"listen.address",
                                          "listen.tls_cert",
                                          "listen.tls_key",
+                                         "listen.http2",
                                          "upstream.url",
                                          "upstream.servers",
                                          "upstream.ca_file",
@@ -131,6 +134,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "limits.max_connections",
                                          "limits.max_unsent_bytes",
                                          "limits.max_waiters",
+                                         "limits.http2_max_streams",
                                          "server.workers",
                                          "server.shutdown_grace",
                                          "admin.address",
@@ -309,6 +313,14 @@ url = "http://[::1]"
   EXPECT_EQ(r.config->log.access, "off");
   EXPECT_EQ(r.config->upstream.addr.host, "::1");
   EXPECT_EQ(r.config->upstream.addr.port, 80);
+}
+
+// SPEC §14: HTTP/2 can be turned off, and its stream limit set.
+TEST(ParseConfig, Http2KeysParse) {
+  ConfigResult r = ParseConfig("[listen]\nhttp2 = false\n[limits]\nhttp2_max_streams = 7\n", "h2.toml");
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_FALSE(r.config->listen.http2);
+  EXPECT_EQ(r.config->limits.http2_max_streams, 7);
 }
 
 // A dotted key at the top level names the same key as the section form.

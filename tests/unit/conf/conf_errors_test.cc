@@ -30,6 +30,12 @@ void ExpectRefused(const std::string& text, int line, const std::string& key,
   EXPECT_NE(r.error.find(what), std::string::npos) << "error: " << r.error << "\nwanted: " << what;
 }
 
+TEST(ConfigErrors, Http2KeysAreChecked) {
+  ExpectRefused("[limits]\nhttp2_max_streams = 0\n", 2, "limits.http2_max_streams", "");
+  ExpectRefused("[limits]\nhttp2_max_streams = 10001\n", 2, "limits.http2_max_streams", "");
+  ExpectRefused("[listen]\nhttp2 = \"yes\"\n", 2, "listen.http2", "");
+}
+
 TEST(ConfigErrors, UnknownKeyIsNamed) {
   ExpectRefused("[listen]\naddress = \"127.0.0.1:1\"\n\nadress = \"x\"\n", 4, "listen.adress",
                 "unknown key");
