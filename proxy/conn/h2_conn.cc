@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // H2Conn: the client connection's HTTP/2 mode. Streams become exchanges, answers go out on
 // their streams, and the session's output is pulled only while the socket keeps up.
 #include "proxy/conn/h2_conn.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP/2 side of a client connection (SPEC §14): an H2Session fed from the connection's
 // bufferevent, each stream one Exchange answering through the stream's own ResponseSink, as an
 // HTTP/1.1 request would, or (a passthrough request) one H2Relay streaming both ways. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // H2Relay: a passthrough stream's body upstream as it comes, its answer back as it arrives,
 // each direction held back while the other side is behind.
 #include "proxy/conn/h2_relay.h"

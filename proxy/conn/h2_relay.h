@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One passthrough request on an HTTP/2 stream, relayed (SPEC §14 H5: flow control both ways),
 // as client_relay.cc relays one on an HTTP/1.1 connection: its body goes upstream as it comes
 // and is acknowledged to the client (WINDOW_UPDATE) only once the upstream took it; the answer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HTTP/2 header lists: an answer's fields (H3) and a request field's HTTP/1.1-equivalent size.
 #include "proxy/http/h2_fields.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Header lists as HTTP/2 carries them (SPEC §14 H3): the fields of an answer sent on a stream
 // (lower-case names, the connection-specific headers HTTP/2 forbids left out), and the request
 // head an HTTP/2 stream maps to (`:authority` as Host, `:path` as the target). Pure: no nghttp2.

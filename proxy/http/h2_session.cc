@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // H2Session: nghttp2's server session driven by memory (mem_recv / mem_send), its callbacks
 // turned into stream events, and the flood and bomb limits nghttp2 does not count itself.
 #include "proxy/http/h2_session.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One HTTP/2 server connection as a pure session (SPEC §14): bytes in -> stream events out,
 // answers in -> bytes out. It knows no socket, loop or timer; nghttp2 stays inside
 // h2_session.cc. Each stream's request head becomes our Request (`:method`, `:path` as the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HTTP/2 from clients through the real binary (SPEC §14), with real clients: curl
 // (--http2-prior-knowledge on a plain port, --http2 by ALPN on TLS) and nghttp. The seed
 // transcript, fifty concurrent streams on one connection with one key, a request retried over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An HTTP/2 client for tests, in memory: nghttp2's own client session, bytes in and out through
 // TakeOutput/Feed (a unit test pumps them into an H2Session, an integration test through a
 // socket). It records what each stream got. Depends only on nghttp2, not on the gateway.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // H2Session under SPEC §14 H5 and the smuggling rules that apply over HTTP/2: the limits
 // (streams, header list, body), the floods and bombs that end a connection with GOAWAY at a
 // bounded cost, and the malformed requests that never reach the gateway. Raw frames stand in

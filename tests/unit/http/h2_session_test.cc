@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // H2Session driven by nghttp2's own client, in process: a stream's request as our Request,
 // answers as HTTP/2 (H3), flow control both ways (H4), a reset after the request (detach), and
 // GOAWAY at shutdown (H6). The limits and attacks are in h2_hardening_test.cc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The far side of an H2Session under test, in process: nghttp2's own client session
 // (tests/support/h2_test_client.h) for what a well-behaved client sends, raw frames (header
 // blocks encoded by nghttp2's HPACK deflater) for what only an attacker sends, a recording
