@@ -187,6 +187,19 @@ LookupResult SealedStore::Lookup(const ScopeId& scope, std::string_view key, Loo
   return result;
 }
 
+StoreStatus SealedStore::FindByKeyHash(std::string_view key_hash, size_t limit,
+                                       std::vector<KeyHashMatch>* out) {
+  StoreStatus status = inner_->FindByKeyHash(key_hash, limit, out);
+  if (!status.ok()) return status;
+  for (KeyHashMatch& match : *out) {
+    if (!OpenRecord(MakeRecordKey(match.scope, match.key), &match.record, &status)) {
+      out->clear();
+      return status;
+    }
+  }
+  return {};
+}
+
 void SealedStore::LookupAsync(const ScopeId& scope, std::string key, LookupCallback done) {
   std::string record_key = MakeRecordKey(scope, key);
   inner_->LookupAsync(

@@ -55,6 +55,10 @@ class SealedStore : public Store {
   StoreStatus PutMeta(std::string_view name, std::string_view value) override {
     return inner_->PutMeta(name, value);
   }
+  // The inner store's lookup, each match's answer opened as Lookup opens it (a match that does
+  // not open fails the lookup: support must not be shown sealed bytes as an answer).
+  StoreStatus FindByKeyHash(std::string_view key_hash, size_t limit,
+                            std::vector<KeyHashMatch>* out) override;
   uint64_t ApproximateRecords() override { return inner_->ApproximateRecords(); }
   StoreStatus Checkpoint(const std::string& dir) override { return inner_->Checkpoint(dir); }
   bool Shared() const override { return inner_->Shared(); }
