@@ -87,6 +87,10 @@ struct Config {
     std::string backend = "rocksdb";  // "rocksdb" (embedded, one instance) or "postgres" (shared)
     std::string path = "./data";
     bool sync = true;
+    // A guarded request whose claim the store has not confirmed by then is answered 503 (the
+    // claim, if it lands later, is given back): a store that cannot commit (PostgreSQL waiting
+    // for a synchronous standby that is gone, a stalled disk) fails closed instead of hanging.
+    int64_t claim_timeout_ms = 10'000;
     struct Postgres {
       std::string dsn;       // libpq connection string; never holds the password (passfile)
       int64_t connections = 8;
