@@ -87,10 +87,11 @@ struct Config {
     std::string backend = "rocksdb";  // "rocksdb" (embedded, one instance) or "postgres" (shared)
     std::string path = "./data";
     bool sync = true;
-    // A guarded request whose claim the store has not confirmed by then is answered 503 (the
-    // claim, if it lands later, is given back): a store that cannot commit (PostgreSQL waiting
-    // for a synchronous standby that is gone, a stalled disk) fails closed instead of hanging.
-    int64_t claim_timeout_ms = 10'000;
+    // How long the store may leave a claim unconfirmed (then 503; a claim that lands later is
+    // given back) and a completion past its lease (then 502, outcome unknown): a store that
+    // cannot commit (PostgreSQL waiting for a synchronous standby that is gone, a stalled disk)
+    // answers the client instead of leaving it waiting.
+    int64_t confirm_timeout_ms = 10'000;
     struct Postgres {
       std::string dsn;       // libpq connection string; never holds the password (passfile)
       int64_t connections = 8;

@@ -335,10 +335,10 @@ const KeySpec kKeys[] = {
      "Directory of the embedded record store (RocksDB)."},
     {"store", "sync", Kind::kBool, kRestart, FIELD(store.sync), 0, 0, nullptr,
      "true: every claim and completion is synced to the write-ahead log before it is acted on."},
-    {"store", "claim_timeout", Kind::kDuration, kLive, FIELD(store.claim_timeout_ms), 1, kHour,
+    {"store", "confirm_timeout", Kind::kDuration, kLive, FIELD(store.confirm_timeout_ms), 1, kHour,
      nullptr,
-     "A guarded request whose claim the store has not confirmed by then gets 503 "
-     "store_unavailable (nothing went upstream; a late claim is given back); at most 1h."},
+     "How long the store may leave a claim unconfirmed (then 503 store_unavailable; a late "
+     "claim is given back) and a completion past its lease (then 502 outcome unknown); <= 1h."},
     {"store.postgres", "dsn", Kind::kString, kRestart, FIELD(store.postgres.dsn), 0, 0,
      CheckPostgresDsn,
      "libpq connection string, no password (libpq reads ~/.pgpass or PGPASSFILE); needed by "

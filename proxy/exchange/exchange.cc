@@ -218,7 +218,7 @@ void Exchange::Claim() {
   int64_t start = env_->MonoUs();
   claim_sent_us_ = start;
   if (!claim_timer_) claim_timer_ = env_->NewTimer([this] { OnClaimTimeout(); });
-  claim_timer_->Arm(config_->store.claim_timeout_ms);
+  claim_timer_->Arm(config_->store.confirm_timeout_ms);
   env_->store().Claim(std::move(claim), [this, start](ClaimResult result) {
     OnLoop([this, start, result = std::move(result)]() mutable {
       env_->RecordStoreOp(StoreOp::kClaim, env_->MonoUs() - start);
@@ -378,10 +378,12 @@ void Exchange::SendComplete() {
   SetPhase(Phase::kCompleting);
   int64_t start = env_->MonoUs();
   if (complete_deadline_us_ > 0 && !answered_) {  // an attempt's own result (not RefuseTakeover's)
-    // At the lease's end (the deadline plus its margin) a retry may take the key over anyway.
-    const int64_t lease_end_us = complete_deadline_us_ + LeaseMarginMs() * 1000;
+    // The lease's end (the deadline plus its margin), then store.confirm_timeout more: a store
+    // that is only slow (a stalled disk) still confirms, and its answer is the one sent.
+    const int64_t overdue_us = complete_deadline_us_ + LeaseMarginMs() * 1000 +
+                               config_->store.confirm_timeout_ms * 1000;
     if (!complete_timer_) complete_timer_ = env_->NewTimer([this] { OnCompleteOverdue(); });
-    complete_timer_->Arm(std::max<int64_t>(0, (lease_end_us - start) / 1000));
+    complete_timer_->Arm(std::max<int64_t>(0, (overdue_us - start) / 1000));
   }
   env_->store().Complete(token_, pending_, [this, start](StoreStatus status) {
     OnLoop([this, start, status = std::move(status)]() {

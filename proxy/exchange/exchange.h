@@ -85,9 +85,9 @@ class Exchange {
   bool AnswerFromRecord(Record record, TimeMs now_ms);
   void Claim();
   void OnClaim(ClaimResult result);
-  // store.claim_timeout passed with the claim unconfirmed: 503 now (R3b); the claim lands later.
+  // store.confirm_timeout passed with the claim unconfirmed: 503 now (R3b); the claim lands later.
   void OnClaimTimeout();
-  // The completion's deadline passed with the store silent: 502, outcome unknown (R4), now.
+  // store.confirm_timeout past the lease with the completion unconfirmed: 502, outcome unknown.
   void OnCompleteOverdue();
   // Answers before the exchange's end (AnswerNow, the two above): what is outstanding still
   // finishes into this object, and nothing goes upstream after it.
@@ -154,8 +154,8 @@ class Exchange {
   int64_t claim_sent_us_ = 0;
   int64_t complete_backoff_ms_ = 50;
   std::unique_ptr<LoopTimer> retry_timer_;
-  std::unique_ptr<LoopTimer> claim_timer_;     // store.claim_timeout, armed while kClaiming
-  std::unique_ptr<LoopTimer> complete_timer_;  // complete_deadline_us_, armed while kCompleting
+  std::unique_ptr<LoopTimer> claim_timer_;     // store.confirm_timeout, armed while kClaiming
+  std::unique_ptr<LoopTimer> complete_timer_;  // the lease + confirm_timeout, while kCompleting
   bool shutting_down_ = false;
   Outcome outcome_ = Outcome::kPassthrough;
   int status_ = 0;

@@ -224,14 +224,15 @@ void Exchange::OnClaimTimeout() {
 }
 
 // A store that neither confirms nor fails the completion (a primary waiting for a synchronous
-// standby that is gone) would keep the client waiting as long: at the lease's end, when a retry
-// may take the key over, the client is told the outcome is unknown. The completion is
+// standby that is gone) would keep the client waiting as long: store.confirm_timeout past the
+// lease's end (when a retry may already take the key over), the client is told the outcome is
+// unknown. The completion is
 // not cancelled (M5); if it lands, a retry replays it.
 void Exchange::OnCompleteOverdue() {
   if (phase_ != Phase::kCompleting || answered_) return;
   IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
-                       "result of an executed request not confirmed by the store before the "
-                       "lease's end (request_id=%s)",
+                       "result of an executed request still unconfirmed by the store after the "
+                       "lease's end and store.confirm_timeout (request_id=%s)",
                        request_id_.c_str());
   AnswerEarly(ErrorCode::kUpstreamFailed, "the store has not confirmed the completion",
               kNotRecordedDetail);

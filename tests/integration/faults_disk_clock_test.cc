@@ -147,11 +147,11 @@ bool FlushedToTable(const std::string& dir) {
   return tables > 0 && logs == 1;
 }
 
-// A claim's WAL sync stalls past store.claim_timeout (1 s here): the client is told 503 at the
+// A claim's WAL sync stalls past store.confirm_timeout (1 s here): the client is told 503 at the
 // timeout instead of waiting for the disk, nothing goes upstream, and once the sync ends the late
 // claim is given back, so the same request then executes, once.
-TEST_F(FaultsDiskClockTest, ClaimStalledPastTheClaimTimeoutIs503AndTheKeyIsGivenBack) {
-  Set("store", "claim_timeout", "\"1s\"");
+TEST_F(FaultsDiskClockTest, ClaimStalledPastTheConfirmTimeoutIs503AndTheKeyIsGivenBack) {
+  Set("store", "confirm_timeout", "\"1s\"");
   StartWithShim();
   ASSERT_EQ(Post("k-warm", "{}").status, 201);
   SetFaults("sync_stall_ms = 3000\nsync_stall_count = 1\nsync_match = .log\n");
@@ -182,8 +182,8 @@ TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeo
   Set("idempotency", "lease", "\"10s\"");
   Set("upstream", "response_timeout", "\"8s\"");
   Set("limits", "max_response_body", "\"32MiB\"");
-  // B's claim waits out the stall (up to ~10 s): the claim timeout must not answer it first.
-  Set("store", "claim_timeout", "\"1m\"");
+  // B waits out the stall (up to ~10 s): store.confirm_timeout must not answer it first.
+  Set("store", "confirm_timeout", "\"1m\"");
   constexpr milliseconds kLease(10'000);
   constexpr milliseconds kAnswerA(7'500);
   constexpr milliseconds kSlow(60'000);  // for the big answers in a sanitizer build

@@ -2,8 +2,9 @@
 // Patroni's synchronous_mode_strict under load: both standbys killed (-9, PostgreSQL and
 // Patroni), the leader is left without a synchronous standby and must not acknowledge alone. No
 // guarded request gets a 201 while they are down: a new one is answered 503 once its claim
-// stayed unconfirmed for store.claim_timeout (10 s), so clients are told instead of hanging; once Patroni has them back, both gateways take
-// writes again, everything acknowledged before is replayed and no key executes twice.
+// stayed unconfirmed for store.confirm_timeout (10 s), so clients are told instead of hanging;
+// once Patroni has them back, both gateways take writes again, everything acknowledged before
+// is replayed and no key executes twice.
 #include <gtest/gtest.h>
 
 #include "tests/integration/patroni_fixture.h"
@@ -22,7 +23,7 @@ TEST_F(PatroniGatewaysTest, StandbysLostStrictModeAcknowledgesNothingUntilBack) 
   ASSERT_TRUE(cluster_->KillNode(other));
   SteadyTime t_lost = std::chrono::steady_clock::now();
   // A new request through each gateway once they are gone: its claim cannot commit, so it is
-  // answered 503 when store.claim_timeout (10 s) has passed, instead of waiting with them.
+  // answered 503 when store.confirm_timeout (10 s) has passed, instead of waiting with them.
   std::this_thread::sleep_for(1s);
   HttpResponse probes[2];
   {
