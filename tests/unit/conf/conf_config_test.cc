@@ -122,6 +122,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "store.backend",
                                          "store.path",
                                          "store.sync",
+                                         "store.confirm_timeout",
                                          "store.postgres.dsn",
                                          "store.postgres.connections",
                                          "store.encryption.active",
