@@ -321,7 +321,8 @@ void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
   timer_.Cancel();
   std::string bytes =
       SerializeResponse(MakeErrorResponse(code, detail), false, ConnectionHeader::kClose, false);
-  env_->RecordConnectionError(code, peer_ip_, bytes.size());
+  env_->RecordConnectionError(code, http10_ ? Protocol::kHttp10 : Protocol::kHttp11, peer_ip_,
+                              bytes.size());
   state_ = State::kClosing;
   bufferevent_write(bev_.get(), bytes.data(), bytes.size());
 }

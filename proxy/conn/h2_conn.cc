@@ -202,7 +202,7 @@ void H2Conn::OnRequestRejected(int32_t id, ErrorCode code, const std::string& de
 // The gateway's own answer on a stream that has no exchange (refused, or too slow to arrive).
 void H2Conn::SubmitError(int32_t id, ErrorCode code, const std::string& detail) {
   auto error = std::make_shared<const StoredResponse>(MakeErrorResponse(code, detail));
-  env_->RecordConnectionError(code, peer_ip_, error->body.size());
+  env_->RecordConnectionError(code, Protocol::kHttp2, peer_ip_, error->body.size());
   bool send_body = false;
   H2Fields fields = H2AnswerFields(*error, false, {}, false, {}, &send_body);
   session_.SubmitResponse(id, std::move(fields), error, send_body);
