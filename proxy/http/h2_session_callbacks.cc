@@ -22,7 +22,19 @@ void H2Session::Impl::OnHead(Stream* s, bool end_stream) {
                   "The Content-Length " + std::to_string(s->request.content_length) +
                       " is over the limit of " + std::to_string(max) + " bytes.");
   }
+  // Expect: 100-continue (RFC 9110 §10.1.1), as over HTTP/1.1: the body is wanted, so the
+  // client hears so at once; a request already answered gets no interim answer.
+  if (s->request.expect_continue && !end_stream && !s->answering) SubmitContinue(s);
   if (end_stream) OnRequestDone(s);
+}
+
+void H2Session::Impl::SubmitContinue(Stream* s) {
+  static const char kStatus[] = ":status";
+  static const char kContinue[] = "100";
+  nghttp2_nv nv{reinterpret_cast<uint8_t*>(const_cast<char*>(kStatus)),
+                reinterpret_cast<uint8_t*>(const_cast<char*>(kContinue)), sizeof(kStatus) - 1,
+                sizeof(kContinue) - 1, NGHTTP2_NV_FLAG_NONE};
+  nghttp2_submit_headers(session, NGHTTP2_FLAG_NONE, s->id, nullptr, &nv, 1, nullptr);
 }
 
 void H2Session::Impl::OnRequestDone(Stream* s) {

@@ -122,6 +122,7 @@ struct H2Session::Impl {
     handler->OnRequestRejected(s->id, code, detail);
   }
   void OnHead(Stream* s, bool end_stream);
+  void SubmitContinue(Stream* s);  // the interim 100 (Continue)
   void OnRequestDone(Stream* s);
   void OnData(Stream* s, const uint8_t* data, size_t len);
   int OnFrameRecv(const nghttp2_frame* frame);

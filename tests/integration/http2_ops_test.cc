@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // HTTP/2 as operations see it, through the binary (SPEC §14): the access log's `protocol` and
-// the per-protocol request counter tell HTTP/2 requests from HTTP/1.1 ones.
+// the per-protocol request counter tell HTTP/2 requests from HTTP/1.1 ones; and a stream whose
+// request carries `expect: 100-continue` hears the interim 100 before it sends its body.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -61,6 +62,31 @@ TEST_F(Http2OpsTest, AccessLogAndMetricsCarryTheProtocol) {
   EXPECT_EQ(MetricValue(metrics, R"(idemgate_requests_by_protocol_total{protocol="HTTP/2"})"), 2);
   EXPECT_EQ(MetricValue(metrics, R"(idemgate_requests_by_protocol_total{protocol="HTTP/1.1"})"), 1);
   EXPECT_EQ(MetricValue(metrics, R"(idemgate_requests_by_protocol_total{protocol="HTTP/1.0"})"), 0);
+}
+
+// A guarded request with `expect: 100-continue` and its body held back: the stream gets the
+// interim 100 first, then (the body sent) its 201. A client that waits for the 100 would
+// otherwise wait for nothing.
+TEST_F(Http2OpsTest, ExpectContinueGetsTheInterim100) {
+  StartGateway();
+  UniqueFd fd = ConnectLoopback(port_);
+  ASSERT_TRUE(fd.valid());
+  h2test::TestClient client;
+  h2test::Fields fields = KeyedFields("continue-1");
+  fields.push_back({"expect", "100-continue"});
+  const int32_t id = client.Request("POST", "/v1/payment_intents", fields, "", /*open=*/true);
+  ASSERT_TRUE(PumpSocket(client, fd.get(), [&] { return client.streams[id].status != 0; }))
+      << "no answer at all before the body";
+  EXPECT_EQ(client.streams[id].status, 100);
+  EXPECT_EQ(upstream_.requests(), 0);
+  client.Send(id, kBody);
+  client.End(id);
+  ASSERT_TRUE(PumpSocket(client, fd.get(), [&] { return client.streams[id].closed; }));
+  EXPECT_EQ(client.streams[id].status, 201);
+  EXPECT_EQ(upstream_.requests(), 1);
+  ASSERT_TRUE(upstream_.last_request());
+  EXPECT_EQ(upstream_.last_request()->body, kBody);
+  EXPECT_FALSE(upstream_.last_request()->Header("Expect"));  // hop by hop, as over HTTP/1.1
 }
 
 }  // namespace
