@@ -240,13 +240,18 @@ void H2Conn::Answer(Stream* s, std::shared_ptr<const StoredResponse> response, b
 }
 
 void H2Conn::Flush() {
-  if (closed_) return;
+  // A relay that resumes inside PullOutput (OnResponseDrained) flushes again: this loop, already
+  // running, takes what it queued.
+  if (closed_ || flushing_) return;
   evbuffer* out = bufferevent_get_output(bev_);
+  flushing_ = true;
   while (evbuffer_get_length(out) < kWriteHigh) {
     const std::string_view piece = session_.PullOutput();
     if (piece.empty()) break;
     evbuffer_add(out, piece.data(), piece.size());
   }
+  flushing_ = false;
+  if (closed_) return;
   if (!session_.Finished()) return;
   // Finished with output still wanted: a client flooding without reading; no point waiting.
   if (session_.WantsWrite()) return CloseNow(CloseReason::kSocketError);

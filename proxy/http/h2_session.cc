@@ -42,17 +42,20 @@ bool H2Session::Receive(std::string_view bytes) {
 
 std::string_view H2Session::PullOutput() {
   Impl& m = *impl_;
+  // The streams that drained in the last send hear it first, before this send: a handler that
+  // queues more there, or pulls output itself, must not run between mem_send and the caller's
+  // use of its bytes (valid only until the next mem_send).
+  std::vector<int32_t> drained = std::move(m.drained);
+  m.drained.clear();
+  for (int32_t id : drained) {
+    if (m.Find(id) != nullptr) m.handler->OnResponseDrained(id);
+  }
   const uint8_t* data = nullptr;
   const ssize_t n = nghttp2_session_mem_send(m.session, &data);
   if (n < 0) {
     m.failed = true;
     if (m.reason.empty()) m.reason = nghttp2_strerror(static_cast<int>(n));
     return {};
-  }
-  std::vector<int32_t> drained = std::move(m.drained);
-  m.drained.clear();
-  for (int32_t id : drained) {
-    if (m.Find(id) != nullptr) m.handler->OnResponseDrained(id);
   }
   return {reinterpret_cast<const char*>(data), static_cast<size_t>(n)};
 }

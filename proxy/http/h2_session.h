@@ -98,7 +98,9 @@ class H2Session {
   bool Receive(std::string_view bytes);
   // Frames to send, one piece at a time; empty when nothing is ready. The view is valid until
   // the next call. Call it while the socket's output is below a high watermark, and not
-  // otherwise: a client that does not read then stops the session producing (H4, H5).
+  // otherwise: a client that does not read then stops the session producing (H4, H5). The
+  // OnResponseDrained of the previous call's bytes come first, inside it, never after the
+  // bytes were made: a handler may queue more there, or even call PullOutput itself.
   std::string_view PullOutput();
   // Whether PullOutput has something (or may, once the client's window opens).
   bool WantsWrite() const;
