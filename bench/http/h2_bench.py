@@ -192,16 +192,22 @@ def report(args, results, idle, load0, load1):
                              "HEAD"], capture_output=True, text=True).stdout.strip()
     out = ["## scripts/bench h2 (%s, commit %s, %d cores, load %s -> %s)\n" % (
                time.strftime("%Y-%m-%d %H:%M"), commit, os.cpu_count(), load0, load1),
-           "h2load -D %d -c %d -m %d -t %d over TLS (ALPN h2), %d rounds alternating, median "
-           "of rounds. nginx has no idempotency: its replay row is the same proxied POST.\n" % (
-               args.duration, args.clients, args.streams, args.threads, args.rounds),
-           "| scenario | nginx req/s | idemgate req/s | ratio | idemgate non-2xx |",
-           "|---|---:|---:|---:|---:|"]
+           "h2load -D %d -c %d -m %d -t %d over TLS (ALPN h2), %d rounds alternating; req/s "
+           "are medians of the rounds, the ratio the median of the per-round ratios (each "
+           "round's idemgate / nginx). nginx has no idempotency: its replay row is the same "
+           "proxied POST.\n" % (args.duration, args.clients, args.streams, args.threads,
+                                args.rounds),
+           "| scenario | nginx req/s | idemgate req/s | ratio (paired) | per-round ratios | "
+           "idemgate non-2xx |",
+           "|---|---:|---:|---:|---|---:|"]
     for sc in ("passthrough", "replay"):
-        n = statistics.median(r["rps"] for r in results[(sc, "nginx")])
-        g = statistics.median(r["rps"] for r in results[(sc, "idemgate")])
+        ns = [r["rps"] for r in results[(sc, "nginx")]]
+        gs = [r["rps"] for r in results[(sc, "idemgate")]]
+        ratios = [g / n for g, n in zip(gs, ns) if n]
         bad = sum(r["non2xx"] for r in results[(sc, "idemgate")])
-        out.append("| %s | %.0f | %.0f | %.2fx | %d |" % (sc, n, g, g / n if n else 0, bad))
+        out.append("| %s | %.0f | %.0f | %.2fx | %s | %d |" % (
+            sc, statistics.median(ns), statistics.median(gs), statistics.median(ratios),
+            " ".join("%.2f" % x for x in ratios), bad))
     out += ["", "Idle HTTP/2 connections (%d, TLS + preface + SETTINGS, then idle): RSS added "
             "per connection: nginx %.1f KiB, idemgate %.1f KiB." % (
                 args.idle, idle["nginx"], idle["idemgate"])]
