@@ -169,13 +169,14 @@ def main(argv):
         for rnd in range(args.rounds):
             for sc in ("passthrough", "replay"):
                 for t in (targets if rnd % 2 == 0 else list(reversed(targets))):
-                    if sc == "replay" and t.name == "nginx":
-                        r = h2load(args, tmp, t.port, "passthrough")  # nginx: a proxied POST
-                    else:
-                        r = h2load(args, tmp, t.port, sc)
+                    c0 = B.cpu_seconds(t.pids())
+                    # nginx has no replay: its row is a proxied POST.
+                    r = h2load(args, tmp, t.port, "passthrough" if t.name == "nginx" else sc)
+                    r["cpu_us"] = (B.cpu_seconds(t.pids()) - c0) * 1e6 / max(
+                        r["rps"] * args.duration, 1)
                     results.setdefault((sc, t.name), []).append(r)
-                    log("%-11s %-8s %9.0f req/s  non2xx %d  %s  load %s" % (
-                        sc, t.name, r["rps"], r["non2xx"], r["proto"], B.loadavg()))
+                    log("%-11s %-8s %9.0f req/s  cpu %.1f us/req  non2xx %d  %s  load %s" % (
+                        sc, t.name, r["rps"], r["cpu_us"], r["non2xx"], r["proto"], B.loadavg()))
         print(report(args, results, idle, load0, B.loadavg()))
         return 0
     finally:
@@ -198,16 +199,18 @@ def report(args, results, idle, load0, load1):
            "proxied POST.\n" % (args.duration, args.clients, args.streams, args.threads,
                                 args.rounds),
            "| scenario | nginx req/s | idemgate req/s | ratio (paired) | per-round ratios | "
-           "idemgate non-2xx |",
-           "|---|---:|---:|---:|---|---:|"]
+           "CPU us/req nginx / idemgate | idemgate non-2xx |",
+           "|---|---:|---:|---:|---|---|---:|"]
     for sc in ("passthrough", "replay"):
         ns = [r["rps"] for r in results[(sc, "nginx")]]
         gs = [r["rps"] for r in results[(sc, "idemgate")]]
         ratios = [g / n for g, n in zip(gs, ns) if n]
         bad = sum(r["non2xx"] for r in results[(sc, "idemgate")])
-        out.append("| %s | %.0f | %.0f | %.2fx | %s | %d |" % (
+        cpu = [statistics.median(r["cpu_us"] for r in results[(sc, name)])
+               for name in ("nginx", "idemgate")]
+        out.append("| %s | %.0f | %.0f | %.2fx | %s | %.1f / %.1f | %d |" % (
             sc, statistics.median(ns), statistics.median(gs), statistics.median(ratios),
-            " ".join("%.2f" % x for x in ratios), bad))
+            " ".join("%.2f" % x for x in ratios), cpu[0], cpu[1], bad))
     out += ["", "Idle HTTP/2 connections (%d, TLS + preface + SETTINGS, then idle): RSS added "
             "per connection: nginx %.1f KiB, idemgate %.1f KiB." % (
                 args.idle, idle["nginx"], idle["idemgate"])]
