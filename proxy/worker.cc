@@ -346,9 +346,11 @@ void Worker::RecordStoreOp(StoreOp op, int64_t micros) {
   if (metrics_) metrics_->RecordStoreOp(op, micros);
 }
 
-void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) {
+void Worker::RecordConnectionError(ErrorCode code, Protocol protocol, std::string_view client_ip,
+                                   size_t bytes_out) {
   RequestReport report;
   report.outcome = Outcome::kRejected;
+  report.protocol = protocol;
   report.error = code;
   report.status = GetErrorInfo(code).status;
   report.client_ip = client_ip;

@@ -93,11 +93,11 @@ void ClientConn::StartStream(bool serve) {
 
 void ClientConn::ReadCb(bufferevent*, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
-  if (self->h2_) return self->h2_->OnRead();
   if (self->state_ == State::kLingering) {
     evbuffer_drain(bufferevent_get_input(self->bev_.get()), SIZE_MAX);
     return;
   }
+  if (self->h2_) return self->h2_->OnRead();
   if (self->state_ == State::kIdle && !self->parser_->started() && self->TryHttp2()) return;
   // New bytes on an idle connection begin a request: it gets the limits in force now (a
   // reload may have come while the connection sat idle). BeginIdle refreshed them already for
@@ -116,7 +116,9 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
   if (what & BEV_EVENT_CONNECTED) return;  // the TLS handshake finished
   if (self->h2_) {
+    const bool lingering = self->state_ == State::kLingering;  // after GOAWAY: the client left
     return self->Close((what & BEV_EVENT_ERROR) ? CloseReason::kSocketError
+                       : lingering              ? CloseReason::kAfterAnswer
                                                 : CloseReason::kClientClosed);
   }
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
@@ -321,7 +323,8 @@ void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
   timer_.Cancel();
   std::string bytes =
       SerializeResponse(MakeErrorResponse(code, detail), false, ConnectionHeader::kClose, false);
-  env_->RecordConnectionError(code, peer_ip_, bytes.size());
+  env_->RecordConnectionError(code, http10_ ? Protocol::kHttp10 : Protocol::kHttp11, peer_ip_,
+                              bytes.size());
   state_ = State::kClosing;
   bufferevent_write(bev_.get(), bytes.data(), bytes.size());
 }
@@ -357,8 +360,12 @@ bool ClientConn::TryHttp2() {
   if (preface == H2Preface::kMaybe) return true;
   timer_.Cancel();
   state_ = State::kHttp2;
-  h2_ = std::make_unique<H2Conn>(env_, bev_.get(), peer_ip_, tls_,
-                                 [this](CloseReason reason) { Close(reason); });
+  h2_ = std::make_unique<H2Conn>(env_, bev_.get(), peer_ip_, tls_, [this](CloseReason reason) {
+    // Ended by GOAWAY: linger as after an HTTP/1.1 answer, so the client reads the GOAWAY
+    // rather than the reset its unread bytes (a flood's, say) would cause.
+    if (reason == CloseReason::kAfterAnswer && !closed_) return BeginLinger();
+    Close(reason);
+  });
   h2_->Start();
   return true;
 }

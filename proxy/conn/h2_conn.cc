@@ -202,7 +202,7 @@ void H2Conn::OnRequestRejected(int32_t id, ErrorCode code, const std::string& de
 // The gateway's own answer on a stream that has no exchange (refused, or too slow to arrive).
 void H2Conn::SubmitError(int32_t id, ErrorCode code, const std::string& detail) {
   auto error = std::make_shared<const StoredResponse>(MakeErrorResponse(code, detail));
-  env_->RecordConnectionError(code, peer_ip_, error->body.size());
+  env_->RecordConnectionError(code, Protocol::kHttp2, peer_ip_, error->body.size());
   bool send_body = false;
   H2Fields fields = H2AnswerFields(*error, false, {}, false, {}, &send_body);
   session_.SubmitResponse(id, std::move(fields), error, send_body);
@@ -240,13 +240,18 @@ void H2Conn::Answer(Stream* s, std::shared_ptr<const StoredResponse> response, b
 }
 
 void H2Conn::Flush() {
-  if (closed_) return;
+  // A relay that resumes inside PullOutput (OnResponseDrained) flushes again: this loop, already
+  // running, takes what it queued.
+  if (closed_ || flushing_) return;
   evbuffer* out = bufferevent_get_output(bev_);
+  flushing_ = true;
   while (evbuffer_get_length(out) < kWriteHigh) {
     const std::string_view piece = session_.PullOutput();
     if (piece.empty()) break;
     evbuffer_add(out, piece.data(), piece.size());
   }
+  flushing_ = false;
+  if (closed_) return;
   if (!session_.Finished()) return;
   // Finished with output still wanted: a client flooding without reading; no point waiting.
   if (session_.WantsWrite()) return CloseNow(CloseReason::kSocketError);

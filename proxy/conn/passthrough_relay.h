@@ -13,6 +13,7 @@
 
 #include "conf/config.h"
 #include "proxy/conn/client_env.h"
+#include "proxy/exchange/report_types.h"
 #include "proxy/exchange/response_sink.h"
 #include "proxy/http/http_message.h"
 #include "proxy/policy/errors.h"
@@ -83,6 +84,7 @@ class PassthroughRelay final : public StreamReceiver {
   bool client_paused_ = false;    // reading from the client stopped: the upstream is behind
   bool upstream_paused_ = false;  // reading from the upstream stopped: the client is behind
   bool recorded_ = true;          // counted and logged (nothing to count before Begin)
+  Protocol protocol_ = Protocol::kHttp11;
   std::string method_, path_, request_id_, error_detail_;
   int status_ = 0;
   int upstream_status_ = 0;

@@ -507,6 +507,7 @@ void Exchange::RecordFinished() {
   }
   RequestReport report;
   report.outcome = outcome_;
+  report.protocol = ProtocolOf(request_.http_major, request_.http_minor);
   report.error = error_;
   report.status = status_;
   report.upstream_status = upstream_status_;

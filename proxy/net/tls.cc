@@ -30,6 +30,8 @@ SslCtxPtr MakeServerTlsContext(const std::string& cert_file, const std::string& 
     return nullptr;
   }
   SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  // An idle connection gives its record buffers back (about 12 KiB each), as nginx does.
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert_file.c_str()) != 1) {
     *error = "listen.tls_cert '" + cert_file + "': " + OpenSslError();
     return nullptr;

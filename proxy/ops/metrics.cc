@@ -136,6 +136,7 @@ MetricsShard::MetricsShard()
 
 void MetricsShard::RecordExchange(const ExchangeSample& s) {
   Inc(outcomes_[static_cast<size_t>(s.outcome)]);
+  Inc(protocols_[static_cast<size_t>(s.protocol)]);
   if (s.error) {
     Inc(errors_[static_cast<size_t>(*s.error)]);
     if (s.outcome == Outcome::kRejected) Inc(rejected_[static_cast<size_t>(*s.error)]);
@@ -192,6 +193,8 @@ std::string Metrics::Render() const {
       shards_, [](auto& s) -> auto& { return s.rejected_; });
   auto errors = SumArray<kErrorCodeCount>(
       shards_, [](auto& s) -> auto& { return s.errors_; });
+  auto protocols = SumArray<kProtocolCount>(
+      shards_, [](auto& s) -> auto& { return s.protocols_; });
   auto classes = SumArray<5>(
       shards_, [](auto& s) -> auto& { return s.status_classes_; });
   auto upstream_errors = SumArray<kUpstreamErrorCount>(
@@ -209,6 +212,12 @@ std::string Metrics::Render() const {
     const char* code = GetErrorInfo(static_cast<ErrorCode>(i)).code;
     w.Sample("idemgate_requests_total", Label("outcome", "rejected") + "," + Label("code", code),
              rejected[i]);
+  }
+  w.Family("idemgate_requests_by_protocol_total", "counter",
+           "Requests (every outcome) by the protocol the client spoke.");
+  for (size_t i = 0; i < kProtocolCount; ++i) {
+    w.Sample("idemgate_requests_by_protocol_total",
+             Label("protocol", ProtocolName(static_cast<Protocol>(i))), protocols[i]);
   }
   w.Family("idemgate_error_responses_total", "counter",
            "Error answers written by the gateway itself, by error code (any outcome).");

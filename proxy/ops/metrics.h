@@ -69,6 +69,7 @@ class MetricsShard {
   }
 
   std::array<std::atomic<uint64_t>, kOutcomeCount> outcomes_{};
+  std::array<std::atomic<uint64_t>, kProtocolCount> protocols_{};  // every request, by protocol
   std::array<std::atomic<uint64_t>, kErrorCodeCount> rejected_{};  // outcome rejected, by code
   std::array<std::atomic<uint64_t>, kErrorCodeCount> errors_{};    // every error answer
   std::array<std::atomic<uint64_t>, 5> status_classes_{};          // upstream 1xx..5xx
