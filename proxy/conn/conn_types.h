@@ -14,8 +14,9 @@ enum class CloseReason {
   kAfterAnswer,   // Connection: close, HTTP/1.0, or an error that ends the connection
   kShutdown,      // the gateway is draining
   kWriteFailed,   // the answer could not be queued (limits.max_unsent_bytes, no memory)
+  kBadProxyHeader,  // listen.proxy_protocol: the connection did not start with a valid header
 };
-inline constexpr size_t kCloseReasonCount = static_cast<size_t>(CloseReason::kWriteFailed) + 1;
+inline constexpr size_t kCloseReasonCount = static_cast<size_t>(CloseReason::kBadProxyHeader) + 1;
 
 inline const char* CloseReasonName(CloseReason reason) {
   switch (reason) {
@@ -31,6 +32,8 @@ inline const char* CloseReasonName(CloseReason reason) {
       return "shutdown";
     case CloseReason::kWriteFailed:
       return "write_failed";
+    case CloseReason::kBadProxyHeader:
+      return "bad_proxy_header";
   }
   return "unknown";
 }
