@@ -14,6 +14,7 @@
 
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/loopback.h"
+#include "tests/support/tls_tools.h"
 
 namespace idemgate::test {
 namespace {
@@ -176,7 +177,7 @@ class HaproxyInFront {
     int fd = BindLoopback(&port_).Release();
     close(fd);  // haproxy binds it next (a race with another test is unlikely on loopback)
     const std::string cfg = dir.WriteFile(
-        std::string("haproxy-") + option + ".cfg",
+        "haproxy-" + std::to_string(port_) + ".cfg",
         "global\n  maxconn 64\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 10s\n"
         "  timeout server 10s\nlisten front\n  bind 127.0.0.1:" +
             std::to_string(port_) + "\n  server gw 127.0.0.1:" + std::to_string(gateway_port) +
@@ -240,6 +241,27 @@ TEST_F(ProxyProtocolTest, BehindHaproxySendProxyV1AndV2) {
   }
   EXPECT_TRUE(Logged("127.0.0.2"));
   EXPECT_EQ(upstream_.requests(), 2);
+}
+
+// On a TLS port the header comes first, then the TLS handshake (HAProxy: send-proxy-v2 ssl).
+TEST_F(ProxyProtocolTest, BeforeTlsBehindHaproxy) {
+  std::string error;
+  auto ca = MakeTestCa(dir_, "ca", &error);
+  ASSERT_TRUE(ca) << error;
+  auto cert = MakeTestServerCert(dir_, "gw", *ca, "localhost", "DNS:localhost", &error);
+  ASSERT_TRUE(cert) << error;
+  Set("listen", "tls_cert", "\"" + cert->cert + "\"");
+  Set("listen", "tls_key", "\"" + cert->key + "\"");
+  Set("listen", "proxy_protocol", "true");
+  StartGateway();
+  HaproxyInFront haproxy;
+  ASSERT_TRUE(haproxy.Start(dir_, port_, "send-proxy-v2 ssl verify none", &error)) << error;
+  const std::string answer = haproxy.Request(Get("/v1/tls"));
+  EXPECT_EQ(answer.substr(0, 12), "HTTP/1.1 201") << answer << "\n" << gateway_.log();
+  EXPECT_EQ(UpstreamXff(), "127.0.0.2");
+  auto last = upstream_.last_request();
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->Header("X-Forwarded-Proto").value_or(""), "https");
 }
 
 }  // namespace
