@@ -11,9 +11,9 @@
 #include <map>
 #include <utility>
 
+#include "conf/config_certificates.h"
 #include "conf/config_keys.h"
 #include "conf/config_reader.h"
-#include "conf/config_certificates.h"
 #include "conf/config_routes.h"
 #include "conf/config_values.h"
 

@@ -36,7 +36,7 @@ struct Config {
     std::string tls_cert;  // PEM file; TLS on the client side when both are set
     std::string tls_key;
     bool http2 = true;  // SPEC §14 H1: h2 by ALPN (TLS) and by prior knowledge (plain)
-    bool proxy_protocol = false;  // every connection starts with a PROXY v1/v2 header
+    bool proxy_protocol = false;               // every connection starts with a PROXY v1/v2 header
     std::vector<std::string> trusted_proxies;  // CIDRs whose X-Forwarded-For is believed
     std::vector<Cidr> trusted;                 // parsed from trusted_proxies
     // Every certificate and key pair, in order (cert, key, cert, key, ...): tls_cert/tls_key

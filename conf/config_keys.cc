@@ -39,8 +39,8 @@ void CheckTrustedProxies(const Context&, const SectionReader& r, bool, Config* c
     std::string why;
     std::optional<Cidr> cidr = ParseCidr(text, &why);
     if (!cidr) {
-      r.Fail("trusted_proxies", "\"" + text + "\" is not an address block like \"10.0.0.0/8\": " +
-                                    why);
+      r.Fail("trusted_proxies",
+             "\"" + text + "\" is not an address block like \"10.0.0.0/8\": " + why);
       continue;
     }
     c->listen.trusted.push_back(*cidr);
@@ -260,8 +260,7 @@ const KeySpec kKeys[] = {
     {"listen", "http2", Kind::kBool, kRestart, FIELD(listen.http2), 0, 0, nullptr,
      "Accept HTTP/2 from clients: h2 by ALPN on TLS, the preface on plain HTTP (false: HTTP/1.1 "
      "only)."},
-    {"listen", "proxy_protocol", Kind::kBool, kRestart, FIELD(listen.proxy_protocol), 0, 0,
-     nullptr,
+    {"listen", "proxy_protocol", Kind::kBool, kRestart, FIELD(listen.proxy_protocol), 0, 0, nullptr,
      "Every connection starts with a PROXY protocol v1 or v2 header (a TCP load balancer's); one "
      "without is closed."},
     {"listen", "trusted_proxies", Kind::kStrings, kLive, FIELD(listen.trusted_proxies), 0, 0,
@@ -401,8 +400,8 @@ const KeySpec kKeys[] = {
     {"limits", "max_waiters", Kind::kInt, kLive, FIELD(limits.max_waiters), 0, 10'000'000, nullptr,
      "Duplicates waiting for a first answer at once (per instance); past it a duplicate gets 409 "
      "at once."},
-    {"limits", "http2_max_streams", Kind::kInt, kLive, FIELD(limits.http2_max_streams), 1,
-     10'000, nullptr,
+    {"limits", "http2_max_streams", Kind::kInt, kLive, FIELD(limits.http2_max_streams), 1, 10'000,
+     nullptr,
      "Concurrent HTTP/2 streams per client connection (1 to 10000); a new connection takes a "
      "change."},
 

@@ -253,8 +253,8 @@ void Server::Reload() {
   // files and verified first: one that fails refuses the whole reload (nothing changes).
   if (std::string ca_error = VerifyUpstreamCas(gateway_, *gateway_.Snapshot()); !ca_error.empty()) {
     reload_stats_.ReloadFailed();
-    LogF(LogLevel::kError, "reload", "reload failed, keeping the running config and certificates: %s",
-         ca_error.c_str());
+    LogF(LogLevel::kError, "reload",
+         "reload failed, keeping the running config and certificates: %s", ca_error.c_str());
     return;
   }
   std::string cert_change;

@@ -157,8 +157,7 @@ bool Worker::Init(std::string* error) {
   for (const auto& [name, group_config] : config->upstream_groups) {
     auto tls = gateway_->upstream_group_tls.find(name);
     SSL_CTX* ctx = tls == gateway_->upstream_group_tls.end() ? nullptr : tls->second;
-    auto group =
-        std::make_unique<UpstreamGroup>(base_.get(), name, group_config, ctx, post, stats);
+    auto group = std::make_unique<UpstreamGroup>(base_.get(), name, group_config, ctx, post, stats);
     if (!group->Init(error)) return false;
     groups_.emplace(name, std::move(group));
   }

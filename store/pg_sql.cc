@@ -135,8 +135,8 @@ const std::vector<Statement>& Statements() {
 }
 
 const char* PreparedName(const char* sql) {
-  static const char* const kNames[] = {"s0", "s1", "s2", "s3", "s4",  "s5",
-                                       "s6", "s7", "s8", "s9", "s10", "s11", "s12"};
+  static const char* const kNames[] = {"s0", "s1", "s2", "s3",  "s4",  "s5", "s6",
+                                       "s7", "s8", "s9", "s10", "s11", "s12"};
   const std::vector<Statement>& all = Statements();
   for (size_t i = 0; i < all.size(); ++i) {
     if (all[i].sql == sql) return kNames[i];

@@ -214,8 +214,7 @@ void PgStore::DeliverKeyHash(Op& op, PGresult* res) {
     KeyHashMatch m;
     TimeMs now = 0;
     std::string_view scope(PQgetvalue(res, row, 13), PQgetlength(res, row, 13));
-    if (!pg::DecodeRow(res, row, &m.record, &now) ||
-        scope.size() != m.scope.size()) {
+    if (!pg::DecodeRow(res, row, &m.record, &now) || scope.size() != m.scope.size()) {
       return op.key_hash_done(Error(StoreCode::kCorruption, "a record's row does not read"), {});
     }
     std::memcpy(m.scope.data(), scope.data(), scope.size());

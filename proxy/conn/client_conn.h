@@ -17,10 +17,10 @@
 #include "proxy/conn/conn_types.h"
 #include "proxy/conn/passthrough_relay.h"
 #include "proxy/exchange/response_sink.h"
-#include "proxy/policy/forwarded.h"
 #include "proxy/http/http_parser.h"
 #include "proxy/net/event_util.h"
 #include "proxy/policy/errors.h"
+#include "proxy/policy/forwarded.h"
 #include "proxy/upstream/upstream.h"
 
 namespace idemgate {
@@ -104,9 +104,9 @@ class ClientConn final : public StreamSink {
   evutil_socket_t fd_ = -1;
   SSL* pending_tls_ = nullptr;  // owned until bev_ takes it
   EventPtr sniff_;              // waits for the first byte on a TLS port
-  std::string peer_ip_;    // the TCP peer, or the client a PROXY header named
-  std::string client_ip_;  // this request's client (listen.trusted_proxies: X-Forwarded-For)
-  std::string proxy_head_;  // a PROXY header's bytes read so far
+  std::string peer_ip_;         // the TCP peer, or the client a PROXY header named
+  std::string client_ip_;       // this request's client (listen.trusted_proxies: X-Forwarded-For)
+  std::string proxy_head_;      // a PROXY header's bytes read so far
   std::unique_ptr<RequestParser> parser_;
   std::shared_ptr<const Config> parser_config_;  // the config the parser's limits came from
   std::shared_ptr<const Config> route_;          // a guarded request's route under it (DecideBody)

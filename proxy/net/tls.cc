@@ -3,10 +3,9 @@
 #include "proxy/net/tls.h"
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
-
-#include <openssl/evp.h>
 
 #include <chrono>
 #include <cstdio>

@@ -189,8 +189,8 @@ std::string ServerCertificates::RenderMetrics() const {
   if (!pairs || pairs->empty()) return "";
   std::string out = Header();
   for (size_t i = 0; i < pairs->size(); ++i) {
-    out += ExpiryLine("listener", files_[2 * i],
-                      SSL_CTX_get0_certificate((*pairs)[i]->holder.get()));
+    out +=
+        ExpiryLine("listener", files_[2 * i], SSL_CTX_get0_certificate((*pairs)[i]->holder.get()));
   }
   return out;
 }

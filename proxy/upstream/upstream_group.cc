@@ -275,10 +275,10 @@ void UpstreamGroup::TakeOut(size_t index, const std::string& why) {
   const bool was_up = Up(server, SteadyClock::now());
   server.out_until = SteadyClock::now() + std::chrono::milliseconds(config_.fail_timeout_ms);
   if (server.stats != nullptr) {
-    server.stats->out_until_ms.store(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         server.out_until.time_since_epoch())
-                                         .count(),
-                                     std::memory_order_relaxed);
+    server.stats->out_until_ms.store(
+        std::chrono::duration_cast<std::chrono::milliseconds>(server.out_until.time_since_epoch())
+            .count(),
+        std::memory_order_relaxed);
     if (was_up) {
       server.stats->taken_out.fetch_add(1, std::memory_order_relaxed);
       server.stats->SetReason(why);

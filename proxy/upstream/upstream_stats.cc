@@ -80,11 +80,11 @@ std::vector<std::string> UpstreamStats::GroupsDown() const {
       g.any_up = true;
       continue;
     }
-    std::string label = s.server + (s.address == s.server.substr(0, s.server.rfind(':'))
-                                        ? ""
-                                        : " (" + s.address + ")");
-    g.why += (g.why.empty() ? "" : "; ") + label + (s.loops_health_down > 0 ? " " : " taken out: ") +
-             s.reason;
+    std::string label =
+        s.server +
+        (s.address == s.server.substr(0, s.server.rfind(':')) ? "" : " (" + s.address + ")");
+    g.why += (g.why.empty() ? "" : "; ") + label +
+             (s.loops_health_down > 0 ? " " : " taken out: ") + s.reason;
   }
   std::vector<std::string> out;
   for (const auto& [name, g] : groups) {

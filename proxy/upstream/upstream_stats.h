@@ -22,9 +22,9 @@ class UpstreamStats {
  public:
   // One loop's view of one server. The counters and flags are written by that loop only.
   struct Entry {
-    std::string group;    // "default" or the [upstreams.NAME] name
-    std::string server;   // "host:port" as configured
-    std::string address;  // the numeric address it resolved to
+    std::string group;                  // "default" or the [upstreams.NAME] name
+    std::string server;                 // "host:port" as configured
+    std::string address;                // the numeric address it resolved to
     std::atomic<uint64_t> requests{0};  // calls sent to it (a retry on another server counts there)
     std::array<std::atomic<uint64_t>, kUpstreamErrorKinds> errors{};  // by UpstreamError
     std::atomic<uint64_t> taken_out{0};      // times taken out (connect failed, nothing sent)
@@ -50,7 +50,7 @@ class UpstreamStats {
     uint64_t requests = 0, taken_out = 0, health_failed = 0;
     std::array<uint64_t, kUpstreamErrorKinds> errors{};
     int loops_up = 0, loops_out = 0, loops_health_down = 0;  // loops that see it so now
-    std::string reason;  // of a loop that has it out
+    std::string reason;                                      // of a loop that has it out
   };
   std::vector<Server> Snapshot() const;
 

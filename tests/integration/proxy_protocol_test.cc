@@ -54,8 +54,9 @@ class ProxyProtocolTest : public GatewayTest {
   }
   bool Logged(const std::string& client_ip) {
     const std::string needle = "\"client_ip\":\"" + client_ip + "\"";
-    return AccessLogWhen([&](const std::string& t) { return t.find(needle) != std::string::npos; })
-               .find(needle) != std::string::npos;
+    return AccessLogWhen([&](const std::string& t) {
+             return t.find(needle) != std::string::npos;
+           }).find(needle) != std::string::npos;
   }
 };
 
@@ -68,7 +69,8 @@ TEST_F(ProxyProtocolTest, V1AndV2NameTheClient) {
   EXPECT_TRUE(Logged("198.51.100.7")) << dir_.ReadFile("access.log");
 
   std::string addrs;
-  for (int b : {203, 0, 113, 9, 127, 0, 0, 1, 0x9c, 0x40, 0x1f, 0x90}) addrs += static_cast<char>(b);
+  for (int b : {203, 0, 113, 9, 127, 0, 0, 1, 0x9c, 0x40, 0x1f, 0x90})
+    addrs += static_cast<char>(b);
   HttpResponse v2 = Send(V2(0x21, 0x11, addrs) + Get("/v1/b"));
   EXPECT_EQ(v2.status, 201) << v2.raw;
   EXPECT_EQ(UpstreamXff(), "203.0.113.9");
@@ -142,9 +144,9 @@ TEST_F(ProxyProtocolTest, TrustedProxiesXffIsBelieved) {
   EXPECT_EQ(UpstreamXff(), "192.0.2.1, 198.51.100.3");
   EXPECT_TRUE(Logged("198.51.100.3"));
   // A guarded request too.
-  HttpResponse post = Post("k-xff-1", "{}", "/v1/payment_intents",
-                           {{"Authorization", "Bearer merchant-demo"},
-                            {"X-Forwarded-For", "203.0.113.51"}});
+  HttpResponse post =
+      Post("k-xff-1", "{}", "/v1/payment_intents",
+           {{"Authorization", "Bearer merchant-demo"}, {"X-Forwarded-For", "203.0.113.51"}});
   EXPECT_EQ(post.status, 201) << post.raw;
   EXPECT_EQ(UpstreamXff(), "203.0.113.51");
   EXPECT_TRUE(Logged("203.0.113.51"));

@@ -23,10 +23,9 @@ class TlsSniTest : public GatewayTest {
     auto ca = MakeTestCa(dir_, "ca", &error);
     ASSERT_TRUE(ca) << error;
     ca_ = *ca;
-    for (const auto& [name, san] : {std::pair{"api", "DNS:api.test"},
-                                    std::pair{"admin", "DNS:admin.test"},
-                                    std::pair{"wild", "DNS:*.wild.test"},
-                                    std::pair{"admin2", "DNS:admin.test"}}) {
+    for (const auto& [name, san] :
+         {std::pair{"api", "DNS:api.test"}, std::pair{"admin", "DNS:admin.test"},
+          std::pair{"wild", "DNS:*.wild.test"}, std::pair{"admin2", "DNS:admin.test"}}) {
       auto files = MakeTestServerCert(dir_, name, ca_, name, san, &error);
       ASSERT_TRUE(files) << error;
       certs_[name] = *files;
@@ -86,19 +85,20 @@ TEST_F(TlsSniTest, EachNameGetsItsCertificateAndTheFirstIsTheDefault) {
   EXPECT_EQ(Served("other.test"), FileId(certs_["api"]));  // no certificate names it
   EXPECT_EQ(Served(""), FileId(certs_["api"]));            // no SNI
   // Requests are served on each.
-  CurlResult r = RunCurl(dir_, {"--cacert", ca_.cert, "--resolve", "admin.test:" +
-                                    std::to_string(port_) + ":127.0.0.1",
-                                "https://admin.test:" + std::to_string(port_) + "/v1/x", "-H",
-                                "Authorization: Bearer m"});
+  CurlResult r = RunCurl(
+      dir_,
+      {"--cacert", ca_.cert, "--resolve", "admin.test:" + std::to_string(port_) + ":127.0.0.1",
+       "https://admin.test:" + std::to_string(port_) + "/v1/x", "-H", "Authorization: Bearer m"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.status, 201) << r.body;
   // One expiry series per certificate, labelled with its file.
   const std::string text = Scrape();
   for (const std::string& file :
        {certs_["api"].cert, dir_.Path("admin-live.pem"), certs_["wild"].cert}) {
-    EXPECT_NE(text.find("idemgate_tls_certificate_expiry_timestamp_seconds{use=\"listener\",file=\"" +
-                        file + "\""),
-              std::string::npos)
+    EXPECT_NE(
+        text.find("idemgate_tls_certificate_expiry_timestamp_seconds{use=\"listener\",file=\"" +
+                  file + "\""),
+        std::string::npos)
         << file << "\n"
         << text;
   }

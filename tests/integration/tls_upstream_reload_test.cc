@@ -28,8 +28,9 @@ class TlsUpstreamReloadTest : public GatewayTest {
     ASSERT_TRUE(server) << error;
     const std::string config =
         "[listen]\naddress = \"127.0.0.1:0\"\ntls_cert = \"" + server->cert + "\"\ntls_key = \"" +
-        server->key + "\"\n[upstream]\nurl = \"http://127.0.0.1:" +
-        std::to_string(upstream_.port()) + "\"\n[store]\npath = \"" + origin_dir_.Path("data") +
+        server->key +
+        "\"\n[upstream]\nurl = \"http://127.0.0.1:" + std::to_string(upstream_.port()) +
+        "\"\n[store]\npath = \"" + origin_dir_.Path("data") +
         "\"\n[server]\nworkers = 1\n[log]\naccess = \"off\"\n[admin]\naddress = \"\"\n";
     ASSERT_TRUE(origin_.Start(IDEMGATE_BIN, {"--config", origin_dir_.WriteFile("o.toml", config)}));
     const uint16_t port = origin_.WaitForPort();

@@ -70,9 +70,10 @@ TEST_F(UpstreamServerMetricsTest, EachServerHasItsCallsFailuresAndState) {
   EXPECT_EQ(value("idemgate_upstream_server_requests_total", upstream_.port()), 6) << text;
   EXPECT_EQ(value("idemgate_upstream_server_requests_total", down.port()), 1) << text;
   EXPECT_EQ(value("idemgate_upstream_server_errors_total", down.port(), "kind=\"unavailable\""), 1);
-  EXPECT_EQ(value("idemgate_upstream_server_errors_total", upstream_.port(), "kind=\"unavailable\""),
-            0);
-  EXPECT_EQ(value("idemgate_upstream_server_taken_out_total", down.port(), "reason=\"connect\""), 1);
+  EXPECT_EQ(
+      value("idemgate_upstream_server_errors_total", upstream_.port(), "kind=\"unavailable\""), 0);
+  EXPECT_EQ(value("idemgate_upstream_server_taken_out_total", down.port(), "reason=\"connect\""),
+            1);
   EXPECT_EQ(value("idemgate_upstream_server_state", down.port(), "state=\"taken_out\""), 1);
   EXPECT_EQ(value("idemgate_upstream_server_state", down.port(), "state=\"up\""), 0);
   EXPECT_EQ(value("idemgate_upstream_server_state", upstream_.port(), "state=\"up\""), 1);
@@ -88,8 +89,8 @@ TEST_F(UpstreamServerMetricsTest, AFailedHealthCheckIsItsOwnState) {
   Set("upstream", "health_interval", "\"100ms\"");
   Set("upstream", "servers", "[" + Url(upstream_.port()) + ", " + Url(sick.port()) + "]");
   StartWithAdmin();
-  const std::string state =
-      Series("idemgate_upstream_server_state", "default", sick.port(), "state=\"health_check_failed\"");
+  const std::string state = Series("idemgate_upstream_server_state", "default", sick.port(),
+                                   "state=\"health_check_failed\"");
   const std::string text = ScrapeWhen(state, 1);
   EXPECT_EQ(MetricValue(text, state), 1) << text;
   EXPECT_EQ(MetricValue(text, Series("idemgate_upstream_server_taken_out_total", "default",
@@ -113,8 +114,9 @@ TEST_F(UpstreamServerMetricsTest, ReadyzNamesTheRouteGroupWhoseServersAreAllOut)
   Set("upstreams.ledger", "url", Url(other.port()));
   Set("admin", "address", "\"127.0.0.1:0\"");
   const std::string path = dir_.WriteFile(
-      "idemgate.toml", ConfigText() + "[[routes]]\nprefix = \"/reports\"\nupstream = \"reports\"\n"
-                                      "[[routes]]\nprefix = \"/ledger\"\nupstream = \"ledger\"\n");
+      "idemgate.toml", ConfigText() +
+                           "[[routes]]\nprefix = \"/reports\"\nupstream = \"reports\"\n"
+                           "[[routes]]\nprefix = \"/ledger\"\nupstream = \"ledger\"\n");
   ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", path})) << gateway_.error();
   port_ = gateway_.WaitForPort();
   admin_port_ = gateway_.WaitForPort("admin listening on ");

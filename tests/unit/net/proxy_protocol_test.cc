@@ -66,14 +66,11 @@ TEST(ProxyProtocol, V1InPiecesNeedsMore) {
 
 TEST(ProxyProtocol, V1Malformed) {
   ProxyHeader out;
-  for (const char* bad : {"PROXY TCP4 192.0.2.7 10.0.0.1 51234\r\n",
-                          "PROXY TCP4 192.0.2.700 10.0.0.1 1 2\r\n",
-                          "PROXY TCP4 2001:db8::1 10.0.0.1 1 2\r\n",
-                          "PROXY TCP4 192.0.2.7 10.0.0.1 65536 2\r\n",
-                          "PROXY TCP4 192.0.2.7 10.0.0.1 01 2\r\n",
-                          "PROXY UDP4 192.0.2.7 10.0.0.1 1 2\r\n",
-                          "PROXY TCP4 192.0.2.7  10.0.0.1 1 2\r\n",
-                          "PROXY TCP4 192.0.2.7 10.0.0.1 1 2\n"}) {
+  for (const char* bad :
+       {"PROXY TCP4 192.0.2.7 10.0.0.1 51234\r\n", "PROXY TCP4 192.0.2.700 10.0.0.1 1 2\r\n",
+        "PROXY TCP4 2001:db8::1 10.0.0.1 1 2\r\n", "PROXY TCP4 192.0.2.7 10.0.0.1 65536 2\r\n",
+        "PROXY TCP4 192.0.2.7 10.0.0.1 01 2\r\n", "PROXY UDP4 192.0.2.7 10.0.0.1 1 2\r\n",
+        "PROXY TCP4 192.0.2.7  10.0.0.1 1 2\r\n", "PROXY TCP4 192.0.2.7 10.0.0.1 1 2\n"}) {
     EXPECT_EQ(ParseProxyHeader(bad, &out), ProxyParse::kInvalid) << bad;
     EXPECT_FALSE(out.error.empty());
   }
