@@ -25,9 +25,9 @@ constexpr unsigned char kTlsHandshakeRecord = 0x16;  // the first byte of every 
 }  // namespace
 
 ClientConn::ClientConn(ClientEnv* env, evutil_socket_t fd, std::string peer_ip, SSL* tls)
-    : env_(env), peer_ip_(std::move(peer_ip)), relay_(env, this, peer_ip_), tls_(tls != nullptr) {
+    : env_(env), peer_ip_(std::move(peer_ip)), relay_(env, this, client_ip_), tls_(tls != nullptr) {
+  fd_ = fd;
   if (tls != nullptr) {
-    fd_ = fd;
     pending_tls_ = tls;
   } else {
     bev_.reset(bufferevent_socket_new(env->base(), fd, BEV_OPT_CLOSE_ON_FREE));
@@ -44,10 +44,15 @@ ClientConn::~ClientConn() {
 }
 
 void ClientConn::Start() {
+  if (env_->Snapshot()->listen.proxy_protocol) return AwaitProxyHeader();
+  StartTransport();
+}
+
+void ClientConn::StartTransport() {
   if (pending_tls_ == nullptr) return StartStream(true);
   // A TLS port: wait for the first byte (within the idle timeout) to tell a ClientHello from
   // plain HTTP, which gets a readable 400 instead of a failed handshake (as nginx does).
-  timer_.Init<ClientConn, &ClientConn::OnTimer>(env_->base(), this);
+  if (!timer_.initialized()) timer_.Init<ClientConn, &ClientConn::OnTimer>(env_->base(), this);
   sniff_.reset(event_new(env_->base(), fd_, EV_READ,
                          &EventTrampoline<ClientConn, &ClientConn::OnFirstBytes>, this));
   event_add(sniff_.get(), nullptr);
@@ -227,7 +232,8 @@ void ClientConn::StartExchange() {
   std::shared_ptr<const Config> config = env_->Snapshot();
   if (config == parser_config_ && route_ != nullptr) config = route_;
   route_ = nullptr;
-  exchange_ = env_->NewExchange(this, std::move(config), std::move(request), peer_ip_, tls_);
+  client_ip_ = BelievedClient(peer_ip_, config->listen.trusted, &request);
+  exchange_ = env_->NewExchange(this, std::move(config), std::move(request), client_ip_, tls_);
   exchange_->Start();  // may answer at once (SendResponse)
 }
 

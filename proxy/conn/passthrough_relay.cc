@@ -26,7 +26,7 @@ ErrorCode ErrorFor(UpstreamError error) {
 }
 }  // namespace
 
-PassthroughRelay::PassthroughRelay(ClientEnv* env, StreamSink* sink, std::string_view client_ip)
+PassthroughRelay::PassthroughRelay(ClientEnv* env, StreamSink* sink, const std::string& client_ip)
     : env_(env), sink_(sink), client_ip_(client_ip) {}
 
 PassthroughRelay::~PassthroughRelay() {

@@ -29,7 +29,7 @@ inline constexpr size_t kRelayLow = 64 << 10;
 class PassthroughRelay final : public StreamReceiver {
  public:
   // `client_ip` must outlive the relay (the connection's).
-  PassthroughRelay(ClientEnv* env, StreamSink* sink, std::string_view client_ip);
+  PassthroughRelay(ClientEnv* env, StreamSink* sink, const std::string& client_ip);
   ~PassthroughRelay() override;
   PassthroughRelay(const PassthroughRelay&) = delete;
   PassthroughRelay& operator=(const PassthroughRelay&) = delete;
@@ -72,7 +72,7 @@ class PassthroughRelay final : public StreamReceiver {
 
   ClientEnv* env_;
   StreamSink* sink_;
-  std::string_view client_ip_;
+  const std::string& client_ip_;  // the connection's, set for each request before Begin
   StreamCall* call_ = nullptr;  // until the upstream call ends
   bool call_started_ = false;   // before: the head and the body read so far wait in `up_`
   std::string up_;              // the request's head (and body) not yet handed to the call

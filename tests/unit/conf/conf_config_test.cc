@@ -96,6 +96,8 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "listen.tls_cert",
                                          "listen.tls_key",
                                          "listen.http2",
+                                         "listen.proxy_protocol",
+                                         "listen.trusted_proxies",
                                          "upstream.url",
                                          "upstream.servers",
                                          "upstream.ca_file",
