@@ -54,6 +54,15 @@ bool IsToken(std::string_view text) {
 
 size_t HeaderSectionScanner::Scan(const char* data, size_t len) {
   for (size_t i = 0; i < len; ++i) {
+    if (state_ == kInLine) {
+      // Inside a line only CR and LF matter: skip to the first of them at once.
+      const char* from = data + i;
+      const char* end = static_cast<const char*>(memchr(from, '\r', len - i));
+      if (end == nullptr) end = data + len;
+      const char* lf = static_cast<const char*>(memchr(from, '\n', end - from));
+      i = (lf != nullptr ? lf : end) - data;
+      if (i == len) break;
+    }
     if (!Step(data[i])) return i;
     if (state_ == kDone) return i + 1;
   }
