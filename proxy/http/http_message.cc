@@ -263,26 +263,55 @@ std::string SerializeUpstreamRequestHead(const Request& request, std::string_vie
   return out;
 }
 
+namespace {
+
+// Whether ToStoredResponse keeps this header of an upstream answer.
+bool StoredKeeps(std::string_view name, const ConnectionTokens& listed, bool head_request,
+                 AnswerUse use) {
+  if (IsHopByHop(name, listed)) return false;
+  if (HeaderNameEquals(name, "Content-Length") && !head_request) return false;
+  // The gateway's own header (R2: a first answer never carries it), even from a backend that
+  // deduplicates too.
+  if (HeaderNameEquals(name, "Idempotent-Replayed")) return false;
+  // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
+  // replay never carries the first request's.
+  if (HeaderNameEquals(name, "X-Request-Id")) return false;
+  // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
+  // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
+  return !(use == AnswerUse::kStored && HeaderNameEquals(name, "Age"));
+}
+
+}  // namespace
+
 StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
   StoredResponse stored;
   stored.status = response.status;
   stored.reason = response.reason;
   const ConnectionTokens listed(response.headers);
+  stored.headers.reserve(response.headers.size());
   for (const Header& h : response.headers) {
-    if (IsHopByHop(h.name, listed)) continue;
-    if (HeaderNameEquals(h.name, "Content-Length") && !head_request) continue;
-    // The gateway's own header (R2: a first answer never carries it), even from a backend that
-    // deduplicates too.
-    if (HeaderNameEquals(h.name, "Idempotent-Replayed")) continue;
-    // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
-    // replay never carries the first request's.
-    if (HeaderNameEquals(h.name, "X-Request-Id")) continue;
-    // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
-    // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
-    if (use == AnswerUse::kStored && HeaderNameEquals(h.name, "Age")) continue;
-    stored.headers.emplace_back(h.name, h.value);
+    if (StoredKeeps(h.name, listed, head_request, use)) {
+      stored.headers.emplace_back(h.name, h.value);
+    }
   }
   stored.body = response.body;
+  return stored;
+}
+
+StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUse use) {
+  StoredResponse stored;
+  stored.status = response.status;
+  stored.reason = std::move(response.reason);
+  // `listed` points into the Connection headers' values, which are never kept (hop-by-hop), so
+  // moving the kept ones out leaves it valid.
+  const ConnectionTokens listed(response.headers);
+  stored.headers.reserve(response.headers.size());
+  for (Header& h : response.headers) {
+    if (StoredKeeps(h.name, listed, head_request, use)) {
+      stored.headers.emplace_back(std::move(h.name), std::move(h.value));
+    }
+  }
+  stored.body = std::move(response.body);
   return stored;
 }
 
