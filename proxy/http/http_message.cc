@@ -3,6 +3,7 @@
 #include "proxy/http/http_message.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace idemgate {
 
@@ -37,11 +38,19 @@ bool MethodCarriesBody(std::string_view method) {
   return method == "POST" || method == "PUT" || method == "PATCH";
 }
 
+// "name: value\r\n", grown once and copied in place (every header of every message sent).
 void AppendHeader(std::string* out, std::string_view name, std::string_view value) {
-  out->append(name);
-  out->append(": ");
-  out->append(value);
-  out->append("\r\n");
+  const size_t at = out->size();
+  out->resize(at + name.size() + value.size() + 4);
+  char* p = out->data() + at;
+  memcpy(p, name.data(), name.size());
+  p += name.size();
+  *p++ = ':';
+  *p++ = ' ';
+  memcpy(p, value.data(), value.size());
+  p += value.size();
+  *p++ = '\r';
+  *p = '\n';
 }
 
 }  // namespace
