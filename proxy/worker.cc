@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -132,21 +133,33 @@ Worker::~Worker() {
   groups_.clear();
   upstream_.reset();
   mailbox_ev_.reset();
+  wake_ev_.reset();
   reaper_.reset();
   base_.reset();
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 bool Worker::Init(std::string* error) {
   if (gateway_->metrics && index_ < gateway_->metrics->shard_count()) {
     metrics_ = &gateway_->metrics->shard(index_);
   }
-  base_.reset(event_base_new());
-  if (!base_) {
+  // Only the loop's own thread touches this base (other threads hand work over through Post,
+  // which wakes the loop with an eventfd), so it runs without libevent's lock: no lock and
+  // unlock around every event_add, event_del and event_active of every request.
+  event_config* loop_config = event_config_new();
+  if (loop_config != nullptr) event_config_set_flag(loop_config, EVENT_BASE_FLAG_NOLOCK);
+  base_.reset(loop_config != nullptr ? event_base_new_with_config(loop_config) : nullptr);
+  if (loop_config != nullptr) event_config_free(loop_config);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (!base_ || wake_fd_ < 0) {
     *error = "cannot create an event loop";
     return false;
   }
   mailbox_ev_.reset(
       event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::DrainMailbox>, this));
+  wake_ev_.reset(event_new(base_.get(), wake_fd_, EV_READ | EV_PERSIST,
+                           &EventTrampoline<Worker, &Worker::OnWake>, this));
+  event_add(wake_ev_.get(), nullptr);
   reaper_.reset(event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::Reap>, this));
   std::shared_ptr<const Config> config = gateway_->Snapshot();
   auto post = [this](std::function<void()> fn) { Post(std::move(fn)); };
@@ -226,7 +239,10 @@ bool Worker::AdmitConnection() {
 }
 
 void Worker::Start() {
-  thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+  thread_ = std::thread([this] {
+    loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
+  });
   NameThread(thread_, "idg-worker-" + std::to_string(index_));
 }
 
@@ -241,8 +257,23 @@ void Worker::Post(std::function<void()> fn) {
     was_empty = mailbox_.empty();
     mailbox_.push_back(std::move(fn));
   }
-  // Only the first post after a drain needs to wake the loop (the drain takes everything).
-  if (was_empty) event_active(mailbox_ev_.get(), 0, 0);
+  // Only the first post after a drain needs to wake the loop (the drain takes everything). The
+  // loop's own thread activates the drain directly; any other writes the eventfd (the base has
+  // no lock, so only its own thread may call event_active on it).
+  if (!was_empty) return;
+  if (std::this_thread::get_id() == loop_thread_.load(std::memory_order_relaxed)) {
+    event_active(mailbox_ev_.get(), 0, 0);
+    return;
+  }
+  const uint64_t one = 1;
+  // Fails only with EAGAIN, when the counter is full: the loop is woken already.
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+}
+
+void Worker::OnWake() {
+  uint64_t count = 0;
+  [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof(count));  // resets the counter
+  DrainMailbox();
 }
 
 void Worker::DrainMailbox() {

@@ -3,6 +3,7 @@
 // the mailbox through which the store's results come back to the loop.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -95,6 +96,7 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   void ResumeAccepting();
   bool AdmitConnection();
   void DrainMailbox();
+  void OnWake();  // another thread posted: the eventfd is readable
   void Reap();
   void BeginDrain();
   void CutAtGrace();
@@ -105,7 +107,10 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   Gateway* gateway_;
   MetricsShard* metrics_ = nullptr;  // this worker's shard of gateway_->metrics
   EventBasePtr base_;
-  EventPtr mailbox_ev_;
+  EventPtr mailbox_ev_;  // activated by the loop's own thread (Post from within the loop)
+  EventPtr wake_ev_;     // reads wake_fd_, written by Post from any other thread
+  int wake_fd_ = -1;
+  std::atomic<std::thread::id> loop_thread_{};
   EventPtr reaper_;
   Timer grace_timer_;
   Timer hard_stop_timer_;

@@ -122,8 +122,8 @@ void PassthroughRelay::PauseResponse(bool paused) {
 void PassthroughRelay::OnResponseHead(Response head) {
   upstream_status_ = head.status;
   status_ = head.status;
-  StoredResponse stored = ToStoredResponse(head, head_request_, AnswerUse::kRelayed);
   const int64_t length = head.content_length >= 0 && !head.chunked ? head.content_length : -1;
+  StoredResponse stored = ToStoredResponse(std::move(head), head_request_, AnswerUse::kRelayed);
   head_sent_ = true;
   sink_->SendHead(stored, length, request_id_, request_done_);
 }

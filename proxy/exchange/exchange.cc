@@ -312,7 +312,7 @@ void Exchange::OnUpstream(UpstreamResult result) {
   StoredResponse response;
   switch (result.error) {
     case UpstreamError::kNone:
-      response = ToStoredResponse(result.response, request_.method == "HEAD");
+      response = ToStoredResponse(std::move(result.response), request_.method == "HEAD");
       break;
     case UpstreamError::kUnavailable:  // nothing went upstream: nothing to store (R3)
       // Say why (refused, DNS, TLS verification, timeout): the client only sees a 502.
