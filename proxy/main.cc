@@ -29,6 +29,9 @@ constexpr char kUsage[] =
     "       idemgate --accept-new-signature --config FILE\n"
     "                run, accepting key settings (idempotency.header, fingerprint_headers,\n"
     "                scope.header, the scope secret) other than those the store was written with\n"
+    "       idemgate --take-over --config FILE\n"
+    "                run, taking the listeners over from the gateway running now (an upgrade or\n"
+    "                a restart that refuses no connection): it drains and exits, this one serves\n"
     "       idemgate --restore CHECKPOINT --config FILE\n"
     "                copy a checkpoint made by POST /backup into store.path (new or empty;\n"
     "                the gateway stopped), check that it opens, and exit\n"
@@ -38,6 +41,7 @@ struct Args {
   std::string config_path;
   bool check_only = false;
   bool accept_new_signature = false;  // start although the store's settings signature differs
+  bool take_over = false;             // receive the listeners from the running gateway
   std::string restore_from;           // --restore: a checkpoint directory
 };
 
@@ -53,6 +57,8 @@ int ParseArgs(int argc, char** argv, Args* args) {
       return 0;
     } else if (arg == "--check-config") {
       args->check_only = true;
+    } else if (arg == "--take-over") {
+      args->take_over = true;
     } else if (arg == "--accept-new-signature") {
       args->accept_new_signature = true;
     } else if (arg == "--restore" && i + 1 < argc) {
@@ -148,7 +154,7 @@ int Main(int argc, char** argv) {
   // ever handled by the main loop, and one sent during start-up is not lost or fatal.
   SetStopSignalsBlocked(true);
   evthread_use_pthreads();
-  Server server(loaded.config, args.config_path, args.accept_new_signature);
+  Server server(loaded.config, args.config_path, args.accept_new_signature, args.take_over);
   std::string error;
   if (!server.Open(&error)) {
     Log(LogLevel::kError, "main", error);

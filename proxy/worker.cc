@@ -128,7 +128,7 @@ Worker::~Worker() {
   accept_pause_ = Timer();  // frees its event while the loop still exists
   grace_timer_ = Timer();
   hard_stop_timer_ = Timer();
-  listener_.reset();
+  listeners_.clear();
   groups_.clear();
   upstream_.reset();
   mailbox_ev_.reset();
@@ -172,21 +172,37 @@ UpstreamGroup* Worker::Group(std::string_view name) {
 bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* error) {
   evutil_socket_t fd = BindSocket(addr, *bound_port, /*reuse_port=*/true, error);
   if (fd < 0) return false;
+  return Adopt(fd, bound_port, error);
+}
+
+bool Worker::Adopt(evutil_socket_t fd, uint16_t* bound_port, std::string* error) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  listener_.reset(evconnlistener_new(base_.get(), &Worker::OnAccept, this,
-                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd));
-  if (!listener_) {
+  evutil_make_socket_nonblocking(fd);
+  // Backlog 0: the socket already listens, with BindSocket's 1024, which holds the connections
+  // that arrive while a handover has nobody accepting.
+  ListenerPtr listener(evconnlistener_new(base_.get(), &Worker::OnAccept, this,
+                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd));
+  if (!listener) {
     close(fd);
     *error = "cannot start the listener";
     return false;
   }
-  evconnlistener_set_error_cb(listener_.get(), &Worker::OnAcceptError);
-  accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
+  evconnlistener_set_error_cb(listener.get(), &Worker::OnAcceptError);
+  listeners_.push_back(std::move(listener));
+  if (!accept_pause_.initialized()) {
+    accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
+  }
   return true;
+}
+
+std::vector<evutil_socket_t> Worker::ListenFds() const {
+  std::vector<evutil_socket_t> fds;
+  for (const ListenerPtr& listener : listeners_) fds.push_back(evconnlistener_get_fd(listener.get()));
+  return fds;
 }
 
 // accept() failed for a reason retrying at once cannot fix (EMFILE/ENFILE at the descriptor
@@ -209,7 +225,8 @@ void Worker::OnAcceptError(evconnlistener* listener, void* arg) {
 }
 
 void Worker::ResumeAccepting() {
-  if (!draining_ && listener_) evconnlistener_enable(listener_.get());
+  if (draining_) return;
+  for (ListenerPtr& listener : listeners_) evconnlistener_enable(listener.get());
 }
 
 // limits.max_connections, counted over every worker: false (and counted) past it.
@@ -381,8 +398,9 @@ void Worker::Shutdown(int64_t grace_ms) {
 void Worker::BeginDrain() {
   draining_ = true;
   // Closed, not paused: a paused listener's socket would still queue new clients in its backlog,
-  // where they hang until the process exits.
-  listener_.reset();
+  // where they hang until the process exits. After a handover the process taking over holds
+  // the same sockets, so closing them here leaves their backlog to it.
+  listeners_.clear();
   std::vector<ClientConn*> conns;
   for (auto& [raw, owned] : conns_) conns.push_back(raw);
   for (ClientConn* conn : conns) conn->CloseWhenIdle();

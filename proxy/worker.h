@@ -45,6 +45,11 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   bool Init(std::string* error);
   // Binds `addr` with SO_REUSEPORT (port 0 picks one); *bound_port gets the port.
   bool Listen(const HostPort& addr, uint16_t* bound_port, std::string* error);
+  // Accepts from `fd` too, a listening socket handed over by the gateway this one replaces
+  // (proxy/handover.h); the worker owns it from here on. *bound_port gets its port.
+  bool Adopt(evutil_socket_t fd, uint16_t* bound_port, std::string* error);
+  // Its listening sockets, for a handover (they stay open; the loop thread may be running).
+  std::vector<evutil_socket_t> ListenFds() const;
   void Start();  // runs the loop on its own thread
   void Join();
 
@@ -108,7 +113,7 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   EventPtr reaper_;
   Timer grace_timer_;
   Timer hard_stop_timer_;
-  ListenerPtr listener_;
+  std::vector<ListenerPtr> listeners_;  // usually one; more after a take-over from more workers
   Timer accept_pause_;             // re-enables the listener after an accept() error
   int64_t accept_backoff_ms_ = 0;  // the next pause; grows while accept() keeps failing
   std::unique_ptr<UpstreamGroup> upstream_;  // the default group, [upstream]
