@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -281,6 +282,20 @@ bool HandoverClient::SendLine(std::string_view line, std::string* error) {
   return true;
 }
 
+bool HandoverClient::ReadLine(int64_t timeout_ms, std::string* line) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  line->clear();
+  while (WaitReadable(fd_, deadline)) {
+    char c;
+    ssize_t n = recv(fd_, &c, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return true;
+    if (c == '\n') return true;
+    line->push_back(c);
+  }
+  return false;
+}
+
 bool HandoverClient::WaitClosed(int64_t timeout_ms, std::string* error) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::string got;
@@ -295,6 +310,75 @@ bool HandoverClient::WaitClosed(int64_t timeout_ms, std::string* error) {
   *error = "the old gateway did not close its store within " + std::to_string(timeout_ms) +
            " ms of being asked to stop";
   return false;
+}
+
+}  // namespace idemgate
+
+namespace idemgate {
+namespace {
+
+// The successor's start (config, preflight) before it says "stop"; then the old drain.
+constexpr int64_t kSuccessorStartMs = 60'000;
+
+// The pid of the gateway answering at `path` now; "" when none answers.
+std::string AnsweringPid(const std::string& path) {
+  HandoverClient probe;
+  std::string error, line;
+  if (!probe.Connect(path, &error) || !probe.SendLine("pid", &error)) return "";
+  if (!probe.ReadLine(1'000, &line) || line.rfind("pid ", 0) != 0) return "";
+  return line.substr(4);
+}
+
+}  // namespace
+
+int RunUpgrade(const Config& config) {
+  std::string path = HandoverSocketPath(config);
+  if (path.empty()) {
+    fprintf(stderr, "cannot upgrade: server.handover_socket is \"off\"\n");
+    return 1;
+  }
+  HandoverClient client;
+  std::string error, line;
+  if (!client.Connect(path, &error) || !client.SendLine("upgrade", &error)) {
+    fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  if (!client.ReadLine(10'000, &line) || line.rfind("spawned ", 0) != 0) {
+    fprintf(stderr, "cannot upgrade: %s\n",
+            line.empty() ? "the running gateway did not answer" : line.c_str());
+    return 1;
+  }
+  const std::string pid = line.substr(8);
+  printf("upgrade: started the new gateway (pid %s); waiting for it to take over\n",
+         pid.c_str());
+  fflush(stdout);
+  // It serves once it answers on the control socket's path (its socket replaces the old one's
+  // there just before it prints "listening on"); the old gateway says "failed: ..." if the new
+  // one exits first, and closes this connection when it says "stop".
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSuccessorStartMs);
+  bool connected = true;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (connected && client.ReadLine(50, &line)) {
+      if (!line.empty()) {
+        fprintf(stderr, "upgrade %s\n", line.c_str());
+        return 1;
+      }
+      connected = false;  // "stop" was said: the old drain may take its whole grace period
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(config.server.shutdown_grace_ms + 5'000 +
+                                           kSuccessorStartMs);
+    }
+    if (!connected) {
+      if (AnsweringPid(path) == pid) {
+        printf("upgrade: pid %s serves; the old gateway drains and exits\n", pid.c_str());
+        return 0;
+      }
+      usleep(20'000);
+    }
+  }
+  fprintf(stderr, "upgrade: the new gateway (pid %s) did not take over in time; see its log\n",
+          pid.c_str());
+  return 1;
 }
 
 }  // namespace idemgate

@@ -80,6 +80,9 @@ class HandoverClient {
   bool Connect(const std::string& path, std::string* error);
   bool Receive(HandoverOffer* offer, std::string* error);
   bool SendLine(std::string_view line, std::string* error);
+  // One line (without its '\n') within `timeout_ms`: true with *line set, or with it empty at
+  // EOF; false at the deadline.
+  bool ReadLine(int64_t timeout_ms, std::string* line);
   // True once the old process says "closed" or is gone (EOF), within `timeout_ms`.
   bool WaitClosed(int64_t timeout_ms, std::string* error);
   void Close();
@@ -87,5 +90,9 @@ class HandoverClient {
  private:
   int fd_ = -1;
 };
+
+// `idemgate --upgrade`: asks the running gateway to start its successor (`--take-over`, from
+// the binary at the path it was started from) and waits until that one serves. The exit code.
+int RunUpgrade(const Config& config);
 
 }  // namespace idemgate

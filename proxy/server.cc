@@ -22,6 +22,7 @@
 #include "proxy/ops/ops_metrics.h"
 #include "proxy/ops/preflight.h"
 #include "proxy/ops/store_signature.h"
+#include "proxy/service_manager.h"
 #include "store/store_backup.h"
 #include "store/store_factory.h"
 
@@ -125,7 +126,10 @@ void Server::Run() {
   event_base_dispatch(base.get());
   int64_t grace = gateway_.Snapshot()->server.shutdown_grace_ms;
   // Handing over, /readyz stays ready: the same admin socket goes on serving, from the new one.
-  if (admin_ && !handing_over_) admin_->SetDraining();
+  if (!handing_over_) {
+    if (admin_) admin_->SetDraining();
+    NotifyServiceManager("STOPPING=1");
+  }
   for (auto& worker : workers_) worker->Shutdown(grace);
   for (auto& worker : workers_) worker->Join();
   if (admin_) admin_->Stop();  // before the store closes: /readyz probes the store
@@ -226,6 +230,7 @@ bool Server::StartWorkers(const Config& config, std::string* error) {
   OpenHandoverSocket(config);
   printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
   fflush(stdout);
+  NotifyServiceManager("READY=1");  // systemd's Type=notify: started
   LogF(LogLevel::kInfo, "main", "idemgate %s (commit %s): %d workers, upstream %s, store %s",
        GetBuildInfo().version.c_str(), GetBuildInfo().commit.c_str(), count,
        DescribeUpstream(config.upstream).c_str(), DescribeStore(config).c_str());

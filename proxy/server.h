@@ -97,11 +97,17 @@ class Server {
   bool StopOldGateway(bool wait_closed, std::string* error);
   std::unique_ptr<Store> OpenTakenOverStore(const Config& config, const StoreHooks& hooks,
                                             std::string* error);
-  // The old side: the control socket, an offer to whoever connects, "stop", then "closed".
+  // The old side: the control socket; a peer says "take-over" (it is sent the listeners, then
+  // says "stop") or "upgrade" (`idemgate --upgrade`: a successor is started to take over).
   void OpenHandoverSocket(const Config& config);
   void WatchHandoverSocket(event_base* base);
   static void OnHandoverConnect(evutil_socket_t, short, void* arg);
-  static void OnHandoverPeer(evutil_socket_t, short, void* arg);
+  static void OnControlRead(evutil_socket_t fd, short, void* arg);
+  void OnPendingLine(const std::string& line);
+  void OfferListeners();
+  void StartSuccessor();
+  void OnTakerRead(bool stop);
+  static void OnChild(evutil_socket_t, short, void* arg);
   void FinishHandover();  // after the drain and the store's close; frees the events
 
 
@@ -132,10 +138,18 @@ class Server {
   std::unique_ptr<HandoverClient> takeover_;
   HandoverOffer taken_;
   // The handover, old side.
+  struct ControlPeer {
+    int fd = -1;
+    EventPtr ev;
+    void Reset();  // closes the connection
+  };
   HandoverListener handover_;
   EventPtr handover_ev_;
-  EventPtr peer_ev_;
-  int peer_ = -1;              // the gateway taking over
+  EventPtr child_ev_;     // SIGCHLD: the successor started for an upgrade exited
+  ControlPeer pending_;   // connected, has not said what it wants yet
+  ControlPeer taker_;     // a gateway taking over: it was sent the listeners
+  ControlPeer upgrade_;   // an `idemgate --upgrade` waiting for the successor it asked for
+  pid_t successor_ = -1;  // the process started for upgrade_
   bool handing_over_ = false;  // it said "stop": drain for it
 };
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server's half of the handover (proxy/handover.h): taking the listeners over from the running
 // gateway (--take-over), and handing this gateway's listeners to its successor.
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +11,7 @@
 
 #include "common/log.h"
 #include "proxy/server.h"
+#include "proxy/service_manager.h"
 #include "store/store_factory.h"
 
 namespace idemgate {
@@ -35,7 +38,10 @@ bool Server::ReceiveListeners(const Config& config, std::string* error) {
     return false;
   }
   takeover_ = std::make_unique<HandoverClient>();
-  if (!takeover_->Connect(path, error) || !takeover_->Receive(&taken_, error)) return false;
+  if (!takeover_->Connect(path, error) || !takeover_->SendLine("take-over", error) ||
+      !takeover_->Receive(&taken_, error)) {
+    return false;
+  }
   const HostPort& want = config.listen.addr;
   if (taken_.listen_host != want.host || (want.port != 0 && want.port != taken_.listen_port)) {
     LogF(LogLevel::kWarn, "main",
@@ -64,6 +70,9 @@ bool Server::ReceiveListeners(const Config& config, std::string* error) {
 
 bool Server::StopOldGateway(bool wait_closed, std::string* error) {
   const int64_t start = SteadyMs();
+  // Under systemd (Type=notify) this process is the service's main one from now on: the old
+  // one's exit must not look like the service's end.
+  NotifyServiceManager("MAINPID=" + std::to_string(getpid()));
   if (!takeover_->SendLine("stop", error)) {
     if (wait_closed) return false;
     LogF(LogLevel::kWarn, "main", "the old gateway was gone already: %s", error->c_str());
@@ -108,6 +117,14 @@ void Server::WatchHandoverSocket(event_base* base) {
   handover_ev_.reset(
       event_new(base, handover_.fd(), EV_READ | EV_PERSIST, &Server::OnHandoverConnect, this));
   event_add(handover_ev_.get(), nullptr);
+  child_ev_.reset(evsignal_new(base, SIGCHLD, &Server::OnChild, this));
+  evsignal_add(child_ev_.get(), nullptr);
+}
+
+void Server::ControlPeer::Reset() {
+  ev.reset();
+  if (fd >= 0) close(fd);
+  fd = -1;
 }
 
 void Server::OnHandoverConnect(evutil_socket_t, short, void* arg) {
@@ -118,68 +135,137 @@ void Server::OnHandoverConnect(evutil_socket_t, short, void* arg) {
     LogF(LogLevel::kWarn, "main", "handover socket: %s", why.c_str());
     return;
   }
-  if (self->peer_ >= 0) {  // one take-over at a time; the second one is told by the EOF
+  if (self->pending_.fd >= 0 || self->handing_over_) {  // one conversation at a time
     close(peer);
-    Log(LogLevel::kWarn, "main", "a second take-over was refused: one is under way");
     return;
   }
-  std::shared_ptr<const Config> config = self->gateway_.Snapshot();
+  self->pending_.fd = peer;
+  self->pending_.ev.reset(
+      event_new(self->main_base_, peer, EV_READ | EV_PERSIST, &Server::OnControlRead, self));
+  event_add(self->pending_.ev.get(), nullptr);
+}
+
+// Each side says one short line at a time, and waits for the answer: one read holds it.
+void Server::OnControlRead(evutil_socket_t fd, short, void* arg) {
+  auto* self = static_cast<Server*>(arg);
+  char buf[256];
+  ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  std::string line = n > 0 ? std::string(buf, n) : std::string();
+  if (fd == self->pending_.fd) {
+    self->OnPendingLine(line);
+  } else if (fd == self->taker_.fd) {
+    if (n != 0 && line.find("stop\n") == std::string::npos) return;
+    self->OnTakerRead(n > 0);
+  } else if (fd == self->upgrade_.fd && n <= 0) {
+    self->upgrade_.Reset();  // the operator gave up waiting; the upgrade goes on
+  }
+}
+
+void Server::OnPendingLine(const std::string& line) {
+  if (line == "pid\n") {  // which gateway answers here (`idemgate --upgrade` waits for its own)
+    std::string reply = "pid " + std::to_string(getpid()) + "\n";
+    send(pending_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    pending_.Reset();
+  } else if (line == "take-over\n" && taker_.fd < 0) {
+    std::swap(taker_, pending_);
+    OfferListeners();
+  } else if (line == "upgrade\n" && taker_.fd < 0 && successor_ < 0) {
+    std::swap(upgrade_, pending_);
+    StartSuccessor();
+  } else {
+    if (!line.empty()) {
+      const char busy[] = "failed: a take-over of this gateway is already under way\n";
+      send(pending_.fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
+    }
+    pending_.Reset();
+  }
+}
+
+void Server::OfferListeners() {
+  std::shared_ptr<const Config> config = gateway_.Snapshot();
   HandoverOffer offer;
   offer.pid = getpid();
   offer.listen_host = config->listen.addr.host;
-  offer.listen_port = self->listen_port_;
-  for (auto& worker : self->workers_) {
+  offer.listen_port = listen_port_;
+  for (auto& worker : workers_) {
     for (int fd : worker->ListenFds()) offer.listen_fds.push_back(fd);
   }
-  if (self->admin_) {
+  if (admin_) {
     offer.admin_host = config->admin.addr.host;
-    offer.admin_fd = self->admin_->listen_fd();
-    offer.admin_port = self->admin_port_;
+    offer.admin_fd = admin_->listen_fd();
+    offer.admin_port = admin_port_;
   }
   offer.grace_ms = config->server.shutdown_grace_ms;
-  if (!SendOffer(peer, offer, &why)) {
-    close(peer);
+  std::string why;
+  if (!SendOffer(taker_.fd, offer, &why)) {
+    taker_.Reset();
     LogF(LogLevel::kWarn, "main", "handover: %s", why.c_str());
     return;
   }
-  self->peer_ = peer;
-  self->peer_ev_.reset(
-      event_new(self->main_base_, peer, EV_READ | EV_PERSIST, &Server::OnHandoverPeer, self));
-  event_add(self->peer_ev_.get(), nullptr);
-  Log(LogLevel::kInfo, "main", "handed the listeners to a gateway taking over; serving until it "
-      "says stop");
+  Log(LogLevel::kInfo, "main",
+      "handed the listeners to a gateway taking over; serving until it says stop");
 }
 
-void Server::OnHandoverPeer(evutil_socket_t fd, short, void* arg) {
-  auto* self = static_cast<Server*>(arg);
-  char buf[64];
-  ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n > 0 && std::string_view(buf, n).find("stop\n") != std::string_view::npos) {
-    self->handing_over_ = true;
-    self->peer_ev_.reset();
-    self->handover_ev_.reset();  // no second successor
-    Log(LogLevel::kInfo, "main", "a new gateway took over the listeners: draining "
-        "(server.shutdown_grace), then closing the store and exiting");
-    event_base_loopbreak(self->main_base_);
+// `idemgate --upgrade`: the successor is this process's child, so it runs where this one does
+// (the service's cgroup under systemd), from the binary now at the path this one started from.
+void Server::StartSuccessor() {
+  std::string error;
+  successor_ = SpawnSuccessor(StartedBinaryPath(), config_path_, &error);
+  std::string reply = successor_ > 0 ? "spawned " + std::to_string(successor_) + "\n"
+                                     : "failed: " + error + "\n";
+  send(upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+  if (successor_ < 0) {
+    upgrade_.Reset();
+    LogF(LogLevel::kError, "main", "upgrade: %s", error.c_str());
     return;
   }
-  if (n > 0) return;  // nothing else is said before "stop"
-  Log(LogLevel::kWarn, "main", "the take-over was abandoned (its process failed or exited); "
-      "serving on");
-  self->peer_ev_.reset();
-  close(fd);
-  self->peer_ = -1;
+  LogF(LogLevel::kInfo, "main", "upgrade: started %s --take-over (pid %d)",
+       StartedBinaryPath().c_str(), static_cast<int>(successor_));
+}
+
+void Server::OnTakerRead(bool stop) {
+  if (stop) {
+    handing_over_ = true;
+    taker_.ev.reset();           // the connection stays open for "closed"
+    handover_ev_.reset();        // no second successor
+    upgrade_.Reset();            // its successor is taking over; it watches the socket's path
+    Log(LogLevel::kInfo, "main", "a new gateway took over the listeners: draining "
+        "(server.shutdown_grace), then closing the store and exiting");
+    event_base_loopbreak(main_base_);
+    return;
+  }
+  Log(LogLevel::kWarn, "main",
+      "the take-over was abandoned (its process failed or exited); serving on");
+  taker_.Reset();
+}
+
+void Server::OnChild(evutil_socket_t, short, void* arg) {
+  auto* self = static_cast<Server*>(arg);
+  if (self->successor_ < 0) return;
+  int status = 0;
+  if (waitpid(self->successor_, &status, WNOHANG) != self->successor_) return;
+  std::string how = WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                                      : "was killed by signal " + std::to_string(WTERMSIG(status));
+  std::string line = "the new gateway (pid " + std::to_string(self->successor_) + ") " + how +
+                     " before taking over; its log says why";
+  LogF(LogLevel::kError, "main", "upgrade failed: %s; serving on", line.c_str());
+  if (self->upgrade_.fd >= 0) {
+    std::string reply = "failed: " + line + "\n";
+    send(self->upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    self->upgrade_.Reset();
+  }
+  self->successor_ = -1;
 }
 
 void Server::FinishHandover() {
-  if (peer_ >= 0) {
-    if (handing_over_) send(peer_, "closed\n", 7, MSG_NOSIGNAL);
-    close(peer_);
-    peer_ = -1;
-  }
-  peer_ev_.reset();  // before the main loop's base is freed
+  if (taker_.fd >= 0 && handing_over_) send(taker_.fd, "closed\n", 7, MSG_NOSIGNAL);
+  // Every event before the main loop's base is freed.
+  taker_.Reset();
+  pending_.Reset();
+  upgrade_.Reset();
   handover_ev_.reset();
+  child_ev_.reset();
   handover_.Close();
 }
 

@@ -3,6 +3,11 @@
 // guarded and passthrough requests on keep-alive connections, `idemgate --take-over` takes the
 // listeners from the running gateway, which drains and exits; no connection is refused, every
 // request gets its answer, every key executes once and its retry replays. The pause is logged.
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -158,6 +163,54 @@ bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds time
   return done();
 }
 
+// A datagram socket standing in for systemd's $NOTIFY_SOCKET: what the gateways tell it.
+class NotifySocket {
+ public:
+  explicit NotifySocket(std::string path) : path_(std::move(path)) {
+    fd_.Reset(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+    EXPECT_EQ(bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << path_;
+  }
+  const std::string& path() const { return path_; }
+  // The next message; "" after `timeout`.
+  std::string Receive(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    pollfd p{fd_.get(), POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return "";
+    char buf[512];
+    ssize_t n = recv(fd_.get(), buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, n) : "";
+  }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+};
+
+// A gateway this test did not start (the running one's child): ended when the test ends.
+struct Stranger {
+  pid_t pid = -1;
+  ~Stranger() {
+    if (pid > 0) Stop(SIGKILL);
+  }
+  // Sends `sig` and waits until the process is gone (or a zombie of a parent that exited).
+  bool Stop(int sig) {
+    if (pid <= 0 || kill(pid, sig) != 0) return false;
+    bool gone = WaitUntil(
+        [&] {
+          std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+          std::string line;
+          if (!std::getline(stat, line)) return true;
+          size_t at = line.rfind(')');
+          return at != std::string::npos && line.size() > at + 2 && line[at + 2] == 'Z';
+        },
+        std::chrono::seconds(20));
+    pid = -1;
+    return gone;
+  }
+};
+
 double Ms(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d).count() / 1000.0;
 }
@@ -171,6 +224,32 @@ class UpgradeTest : public GatewayTest {
         201, R"({"id":"pi_1","state":"created"})", {{"Content-Type", "application/json"}})
                               .WithDelay(20));
     Set("server", "shutdown_grace", "\"5s\"");
+  }
+
+  // Checks what the clients and the upstream saw; returns how many keys executed twice.
+  int ExpectNothingLost(const Load& load) {
+    const LoadCounts c = load.counts();
+    std::string failures;
+    for (const std::string& s : c.samples) failures += "\n  " + s;
+    EXPECT_EQ(c.refused, 0) << failures;
+    EXPECT_EQ(c.fresh_reset, 0) << failures;
+    EXPECT_EQ(c.lost, 0) << failures;
+    EXPECT_EQ(c.bad_status, 0) << failures;
+    EXPECT_EQ(c.not_replayed, 0) << failures;
+    // The upstream executed every answered key exactly once, retries and the handover included.
+    std::map<std::string, int> executed;
+    for (const RecordedRequest& r : upstream_.received()) {
+      if (r.method == "POST") executed[r.body]++;
+    }
+    int twice = 0, missing = 0;
+    for (const std::string& key : load.keys()) {
+      int n = executed["{\"key\":\"" + key + "\"}"];
+      twice += n > 1;
+      missing += n == 0;
+    }
+    EXPECT_EQ(twice, 0);
+    EXPECT_EQ(missing, 0);
+    return twice;
   }
 
   // The load through a take-over by a second process started with `--take-over`; checks what
@@ -195,27 +274,8 @@ class UpgradeTest : public GatewayTest {
                           std::chrono::seconds(20)));
     load.Stop();
 
-    LoadCounts c = load.counts();
-    std::string failures;
-    for (const std::string& s : c.samples) failures += "\n  " + s;
-    EXPECT_EQ(c.refused, 0) << failures;
-    EXPECT_EQ(c.fresh_reset, 0) << failures;
-    EXPECT_EQ(c.lost, 0) << failures;
-    EXPECT_EQ(c.bad_status, 0) << failures;
-    EXPECT_EQ(c.not_replayed, 0) << failures;
-    // The upstream executed every answered key exactly once, retries and the handover included.
-    std::map<std::string, int> executed;
-    for (const RecordedRequest& r : upstream_.received()) {
-      if (r.method == "POST") executed[r.body]++;
-    }
-    int twice = 0, missing = 0;
-    for (const std::string& key : load.keys()) {
-      int n = executed["{\"key\":\"" + key + "\"}"];
-      twice += n > 1;
-      missing += n == 0;
-    }
-    EXPECT_EQ(twice, 0);
-    EXPECT_EQ(missing, 0);
+    const LoadCounts c = load.counts();
+    const int twice = ExpectNothingLost(load);
     // The admin listener came over too.
     uint16_t admin = next.WaitForPort("admin listening on ");
     EXPECT_EQ(admin, admin_port_) << next.log();
@@ -263,6 +323,52 @@ class UpgradePgTest : public UpgradeTest {
 
 TEST_F(UpgradePgTest, TakeOverUnderLoadRefusesNothingAndExecutesEachKeyOnce) {
   UpgradeUnderLoad("postgres");
+}
+
+// `idemgate --upgrade`: the running gateway starts its successor itself (under systemd it is
+// then in the service's cgroup), which tells $NOTIFY_SOCKET it is the main process now.
+TEST_F(UpgradeTest, UpgradeCommandHandsOverToASuccessorThatBecomesTheMainProcess) {
+  NotifySocket notify(dir_.Path("notify"));
+  std::string path = dir_.WriteFile("idemgate.toml", ConfigText());
+  ASSERT_TRUE(gateway_.Start(IDEMGATE_BIN, {"--config", path}, {"NOTIFY_SOCKET=" + notify.path()}))
+      << gateway_.error();
+  port_ = gateway_.WaitForPort();
+  ASSERT_NE(port_, 0) << gateway_.log();
+  EXPECT_EQ(notify.Receive(), "READY=1");
+  Load load(port_, 8);
+  ASSERT_TRUE(WaitUntil([&] { return load.answers() >= 200; }, std::chrono::seconds(20)));
+  RunResult upgrade = RunGateway({"--upgrade", "--config", path});
+  EXPECT_EQ(upgrade.code, 0) << upgrade.output << gateway_.log();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(upgrade.output, m, std::regex("upgrade: pid ([0-9]+) serves")))
+      << upgrade.output;
+  Stranger successor{std::stoi(m[1].str())};
+  EXPECT_NE(successor.pid, gateway_.pid());
+  EXPECT_EQ(notify.Receive(), "MAINPID=" + m[1].str());  // before the old one exits
+  EXPECT_EQ(notify.Receive(), "READY=1");
+  std::optional<ExitStatus> old = gateway_.Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(old.has_value());
+  EXPECT_TRUE(old->exited() && old->code() == 0) << old->ToString();
+  const int before = load.answers();
+  EXPECT_TRUE(WaitUntil([&] { return load.answers() >= before + 200; }, std::chrono::seconds(20)));
+  load.Stop();
+  ExpectNothingLost(load);
+  EXPECT_TRUE(successor.Stop(SIGTERM));
+}
+
+// A successor that cannot start is reported by the running gateway, which serves on.
+TEST_F(UpgradeTest, UpgradeWhoseSuccessorFailsLeavesTheRunningGatewayServing) {
+  StartGateway();
+  // --upgrade checks this copy; the successor reads the running gateway's own file, now broken.
+  std::string copy = dir_.WriteFile("copy.toml", ConfigText());
+  dir_.WriteFile("idemgate.toml", ConfigText() + "[listen]\nnope = 1\n");
+  RunResult upgrade = RunGateway({"--upgrade", "--config", copy});
+  EXPECT_EQ(upgrade.code, 1) << upgrade.output;
+  EXPECT_NE(upgrade.output.find("exited with status 1 before taking over"), std::string::npos)
+      << upgrade.output;
+  HttpResponse r = Post("still-served", "{}");
+  EXPECT_EQ(r.status, 201) << r.raw;
+  EXPECT_TRUE(gateway_.running());
 }
 
 TEST_F(UpgradeTest, TakeOverWithNoRunningGatewayFailsClearly) {
