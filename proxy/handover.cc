@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -125,12 +125,11 @@ bool HandoverListener::Open(const std::string& path, std::string* error) {
   if (!FillAddress(temp, &addr, error)) return false;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   unlink(temp.c_str());
-  mode_t old_mask = umask(077);  // 0600: only this user may connect
-  bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  umask(old_mask);
-  ok = ok && chmod(temp.c_str(), 0600) == 0 && listen(fd, 4) == 0 &&
-       rename(temp.c_str(), path.c_str()) == 0;
-  struct stat st{};
+  // 0600 before it is renamed into place: only this user may connect (Main's umask is 077).
+  bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            chmod(temp.c_str(), 0600) == 0 && listen(fd, 4) == 0 &&
+            rename(temp.c_str(), path.c_str()) == 0;
+  struct stat st {};
   ok = ok && stat(path.c_str(), &st) == 0;
   if (!ok) {
     *error = "cannot listen on server.handover_socket " + path + ": " + strerror(errno);
@@ -164,7 +163,7 @@ void HandoverListener::Close() {
   close(fd_);
   fd_ = -1;
   // A new gateway may have renamed its own socket over the path already: leave that one.
-  struct stat st{};
+  struct stat st {};
   if (stat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
     unlink(path_.c_str());
   }
@@ -201,9 +200,9 @@ void HandoverClient::Close() {
 }
 
 bool HandoverClient::Connect(const std::string& path, std::string* error) {
-  const std::string none = "cannot take over: no running gateway at server.handover_socket " +
-                           path + " (";
-  struct stat st{};
+  const std::string none =
+      "cannot take over: no running gateway at server.handover_socket " + path + " (";
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) {
     *error = none + strerror(errno) + "); start it without --take-over";
     return false;
@@ -216,7 +215,8 @@ bool HandoverClient::Connect(const std::string& path, std::string* error) {
   if (!FillAddress(path, &addr, error)) return false;
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0 || connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    *error = none + strerror(errno) + "; a stale socket left by a gateway that was killed?); "
+    *error = none + strerror(errno) +
+             "; a stale socket left by a gateway that was killed?); "
              "start it without --take-over";
     Close();
     return false;
@@ -349,8 +349,7 @@ int RunUpgrade(const Config& config) {
     return 1;
   }
   const std::string pid = line.substr(8);
-  printf("upgrade: started the new gateway (pid %s); waiting for it to take over\n",
-         pid.c_str());
+  printf("upgrade: started the new gateway (pid %s); waiting for it to take over\n", pid.c_str());
   fflush(stdout);
   // It serves once it answers on the control socket's path (its socket replaces the old one's
   // there just before it prints "listening on"); the old gateway says "failed: ..." if the new
@@ -364,9 +363,9 @@ int RunUpgrade(const Config& config) {
         return 1;
       }
       connected = false;  // "stop" was said: the old drain may take its whole grace period
-      deadline = std::chrono::steady_clock::now() +
-                 std::chrono::milliseconds(config.server.shutdown_grace_ms + 5'000 +
-                                           kSuccessorStartMs);
+      deadline =
+          std::chrono::steady_clock::now() +
+          std::chrono::milliseconds(config.server.shutdown_grace_ms + 5'000 + kSuccessorStartMs);
     }
     if (!connected) {
       if (AnsweringPid(path) == pid) {

@@ -30,8 +30,8 @@ struct HandoverOffer {
   uint16_t listen_port = 0;  // the bound port
   std::string admin_host;    // "" = no admin listener
   uint16_t admin_port = 0;
-  int64_t grace_ms = 0;          // its server.shutdown_grace: how long its drain may take
-  std::vector<int> listen_fds;   // one per worker (SO_REUSEPORT)
+  int64_t grace_ms = 0;         // its server.shutdown_grace: how long its drain may take
+  std::vector<int> listen_fds;  // one per worker (SO_REUSEPORT)
   int admin_fd = -1;
 };
 

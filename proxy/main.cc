@@ -13,10 +13,10 @@
 
 #include "common/log.h"
 #include "conf/config.h"
+#include "proxy/handover.h"
 #include "proxy/ops/build_info.h"
 #include "proxy/ops/preflight.h"
 #include "proxy/ops/store_signature.h"
-#include "proxy/handover.h"
 #include "proxy/server.h"
 #include "proxy/service_manager.h"
 #include "store/store_backup.h"

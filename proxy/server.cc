@@ -33,6 +33,9 @@ namespace {
 // about (about 2000 client connections, each with an upstream one).
 constexpr rlim_t kQuietOpenFileLimit = 4096;
 
+// See Run: how long a handover over a shared store keeps idle keep-alive connections open.
+constexpr int64_t kHandoverIdleLingerMs = 1'000;
+
 }  // namespace
 
 
@@ -130,7 +133,11 @@ void Server::Run() {
     if (admin_) admin_->SetDraining();
     NotifyServiceManager("STOPPING=1");
   }
-  for (auto& worker : workers_) worker->Shutdown(grace);
+  // Handing over, idle keep-alive connections stay open while exchanges finish (with a shared
+  // store, for up to kHandoverIdleLingerMs more: the new gateway serves meanwhile), so that a
+  // request sent on one is answered, with Connection: close, rather than cut.
+  const int64_t linger = !handing_over_ ? -1 : store_->Shared() ? kHandoverIdleLingerMs : 0;
+  for (auto& worker : workers_) worker->Shutdown(grace, linger);
   for (auto& worker : workers_) worker->Join();
   if (admin_) admin_->Stop();  // before the store closes: /readyz probes the store
   store_->Close();             // after the loops: every queued write is finished first

@@ -110,7 +110,6 @@ class Server {
   static void OnChild(evutil_socket_t, short, void* arg);
   void FinishHandover();  // after the drain and the store's close; frees the events
 
-
   std::string config_path_;
   const bool accept_new_signature_;
   const bool take_over_;
@@ -145,11 +144,11 @@ class Server {
   };
   HandoverListener handover_;
   EventPtr handover_ev_;
-  EventPtr child_ev_;     // SIGCHLD: the successor started for an upgrade exited
-  ControlPeer pending_;   // connected, has not said what it wants yet
-  ControlPeer taker_;     // a gateway taking over: it was sent the listeners
-  ControlPeer upgrade_;   // an `idemgate --upgrade` waiting for the successor it asked for
-  pid_t successor_ = -1;  // the process started for upgrade_
+  EventPtr child_ev_;          // SIGCHLD: the successor started for an upgrade exited
+  ControlPeer pending_;        // connected, has not said what it wants yet
+  ControlPeer taker_;          // a gateway taking over: it was sent the listeners
+  ControlPeer upgrade_;        // an `idemgate --upgrade` waiting for the successor it asked for
+  pid_t successor_ = -1;       // the process started for upgrade_
   bool handing_over_ = false;  // it said "stop": drain for it
 };
 

@@ -53,15 +53,15 @@ bool Server::ReceiveListeners(const Config& config, std::string* error) {
     if (!CheckListenAddressFree(want, error)) return false;
   }
   const HostPort& admin = config.admin.addr;
-  if (taken_.admin_fd >= 0 &&
-      (config.admin.address.empty() || taken_.admin_host != admin.host ||
-       (admin.port != 0 && admin.port != taken_.admin_port))) {
+  if (taken_.admin_fd >= 0 && (config.admin.address.empty() || taken_.admin_host != admin.host ||
+                               (admin.port != 0 && admin.port != taken_.admin_port))) {
     Log(LogLevel::kWarn, "main",
         "admin.address differs from the running gateway's: binding it afresh");
     close(taken_.admin_fd);
     taken_.admin_fd = -1;
   }
-  LogF(LogLevel::kInfo, "main", "taking over from the running gateway (pid %d): %zu listeners on "
+  LogF(LogLevel::kInfo, "main",
+       "taking over from the running gateway (pid %d): %zu listeners on "
        "%s:%u%s",
        static_cast<int>(taken_.pid), taken_.listen_fds.size(), taken_.listen_host.c_str(),
        taken_.listen_port, taken_.admin_fd >= 0 ? " and the admin listener" : "");
@@ -135,10 +135,13 @@ void Server::OnHandoverConnect(evutil_socket_t, short, void* arg) {
     LogF(LogLevel::kWarn, "main", "handover socket: %s", why.c_str());
     return;
   }
-  if (self->pending_.fd >= 0 || self->handing_over_) {  // one conversation at a time
+  if (self->handing_over_) {
     close(peer);
     return;
   }
+  // One peer that has not spoken yet at a time: a newer one replaces it (one that connected
+  // and never spoke must not block every later take-over).
+  self->pending_.Reset();
   self->pending_.fd = peer;
   self->pending_.ev.reset(
       event_new(self->main_base_, peer, EV_READ | EV_PERSIST, &Server::OnControlRead, self));
@@ -212,8 +215,8 @@ void Server::OfferListeners() {
 void Server::StartSuccessor() {
   std::string error;
   successor_ = SpawnSuccessor(StartedBinaryPath(), config_path_, &error);
-  std::string reply = successor_ > 0 ? "spawned " + std::to_string(successor_) + "\n"
-                                     : "failed: " + error + "\n";
+  std::string reply =
+      successor_ > 0 ? "spawned " + std::to_string(successor_) + "\n" : "failed: " + error + "\n";
   send(upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
   if (successor_ < 0) {
     upgrade_.Reset();
@@ -227,10 +230,11 @@ void Server::StartSuccessor() {
 void Server::OnTakerRead(bool stop) {
   if (stop) {
     handing_over_ = true;
-    taker_.ev.reset();           // the connection stays open for "closed"
-    handover_ev_.reset();        // no second successor
-    upgrade_.Reset();            // its successor is taking over; it watches the socket's path
-    Log(LogLevel::kInfo, "main", "a new gateway took over the listeners: draining "
+    taker_.ev.reset();     // the connection stays open for "closed"
+    handover_ev_.reset();  // no second successor
+    upgrade_.Reset();      // its successor is taking over; it watches the socket's path
+    Log(LogLevel::kInfo, "main",
+        "a new gateway took over the listeners: draining "
         "(server.shutdown_grace), then closing the store and exiting");
     event_base_loopbreak(main_base_);
     return;

@@ -21,7 +21,6 @@ std::string StartedBinaryPath();
 
 // Starts `binary --take-over --config config_path` with the environment and descriptors that
 // are not close-on-exec (stdout, stderr), no signal blocked; its pid, or -1 with *error.
-pid_t SpawnSuccessor(const std::string& binary, const std::string& config_path,
-                     std::string* error);
+pid_t SpawnSuccessor(const std::string& binary, const std::string& config_path, std::string* error);
 
 }  // namespace idemgate

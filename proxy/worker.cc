@@ -128,6 +128,7 @@ Worker::~Worker() {
   accept_pause_ = Timer();  // frees its event while the loop still exists
   grace_timer_ = Timer();
   hard_stop_timer_ = Timer();
+  linger_timer_ = Timer();
   listeners_.clear();
   groups_.clear();
   upstream_.reset();
@@ -201,7 +202,9 @@ bool Worker::Adopt(evutil_socket_t fd, uint16_t* bound_port, std::string* error)
 
 std::vector<evutil_socket_t> Worker::ListenFds() const {
   std::vector<evutil_socket_t> fds;
-  for (const ListenerPtr& listener : listeners_) fds.push_back(evconnlistener_get_fd(listener.get()));
+  for (const ListenerPtr& listener : listeners_) {
+    fds.push_back(evconnlistener_get_fd(listener.get()));
+  }
   return fds;
 }
 
@@ -387,23 +390,27 @@ void Worker::Reap() {
   MaybeExit();
 }
 
-void Worker::Shutdown(int64_t grace_ms) {
-  Post([this, grace_ms] {
-    BeginDrain();
+void Worker::Shutdown(int64_t grace_ms, int64_t idle_linger_ms) {
+  Post([this, grace_ms, idle_linger_ms] {
     grace_timer_.Init<Worker, &Worker::CutAtGrace>(base_.get(), this);
     grace_timer_.Arm(grace_ms);
+    BeginDrain(idle_linger_ms);
   });
 }
 
-void Worker::BeginDrain() {
+void Worker::BeginDrain(int64_t idle_linger_ms) {
   draining_ = true;
   // Closed, not paused: a paused listener's socket would still queue new clients in its backlog,
   // where they hang until the process exits. After a handover the process taking over holds
   // the same sockets, so closing them here leaves their backlog to it.
   listeners_.clear();
-  std::vector<ClientConn*> conns;
-  for (auto& [raw, owned] : conns_) conns.push_back(raw);
-  for (ClientConn* conn : conns) conn->CloseWhenIdle();
+  if (idle_linger_ms < 0) {
+    CloseIdle();
+  } else {
+    close_idle_at_us_ = MonoUs() + idle_linger_ms * 1000;
+    linger_timer_.Init<Worker, &Worker::MaybeExit>(base_.get(), this);
+    linger_timer_.Arm(idle_linger_ms);
+  }
   // W3: duplicates waiting for a first answer get their 409 now, well within the grace period.
   std::vector<Exchange*> running;
   for (auto& [raw, owned] : exchanges_) running.push_back(raw);
@@ -413,9 +420,18 @@ void Worker::BeginDrain() {
   MaybeExit();
 }
 
+// Idle connections close now; busy ones after their answer (it says Connection: close).
+void Worker::CloseIdle() {
+  idle_closed_ = true;
+  std::vector<ClientConn*> conns;
+  for (auto& [raw, owned] : conns_) conns.push_back(raw);
+  for (ClientConn* conn : conns) conn->CloseWhenIdle();
+}
+
 // The grace period is over: upstream calls still running end now and their exchanges store an
 // indeterminate answer (R4), so a retry after the restart replays it instead of executing again.
 void Worker::CutAtGrace() {
+  if (!idle_closed_) CloseIdle();
   if (!exchanges_.empty()) {
     LogF(LogLevel::kWarn, "worker", "shutdown grace over: ending %zu requests in progress",
          exchanges_.size());
@@ -442,7 +458,9 @@ void Worker::HardStop() {
 }
 
 void Worker::MaybeExit() {
-  if (draining_ && conns_.empty() && exchanges_.empty()) event_base_loopexit(base_.get(), nullptr);
+  if (!draining_ || !exchanges_.empty()) return;
+  if (!idle_closed_ && MonoUs() >= close_idle_at_us_) CloseIdle();
+  if (conns_.empty()) event_base_loopexit(base_.get(), nullptr);
 }
 
 }  // namespace idemgate

@@ -56,7 +56,11 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   // Thread-safe: stop accepting (the listener closes), finish what is in flight, then leave the
   // loop. At `grace_ms` upstream calls still running are cut (their exchanges store an
   // indeterminate answer, R4); store operations get a little longer; then the loop is left.
-  void Shutdown(int64_t grace_ms);
+  // Idle keep-alive connections are closed at once, or with `idle_linger_ms` >= 0 (a handover:
+  // the listeners serve on in another process) only once no exchange runs here and that long
+  // has passed: meanwhile a request on one is answered with Connection: close, instead of
+  // racing the close (the client would have to resend it).
+  void Shutdown(int64_t grace_ms, int64_t idle_linger_ms = -1);
 
   // ExchangeEnv and ClientEnv (Post is thread-safe; the rest runs on the loop).
   void Post(std::function<void()> fn) override;
@@ -100,7 +104,8 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   bool AdmitConnection();
   void DrainMailbox();
   void Reap();
-  void BeginDrain();
+  void BeginDrain(int64_t idle_linger_ms);
+  void CloseIdle();
   void CutAtGrace();
   void HardStop();
   void MaybeExit();
@@ -129,6 +134,9 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   std::vector<std::unique_ptr<Exchange>> dead_exchanges_;
   std::string access_line_;  // reused for each access-log line (no allocation per line)
   bool draining_ = false;
+  bool idle_closed_ = false;      // draining, and the idle connections were told to close
+  int64_t close_idle_at_us_ = 0;  // MonoUs() from which the idle connections may be closed
+  Timer linger_timer_;
 };
 
 }  // namespace idemgate

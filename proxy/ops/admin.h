@@ -36,8 +36,7 @@ class AdminServer {
 
   // Binds `addr` (port 0 picks one; *bound_port gets it) and starts the thread; with
   // `listening_fd` >= 0 (a socket handed over, already listening) accepts from it instead.
-  bool Start(const HostPort& addr, uint16_t* bound_port, std::string* error,
-             int listening_fd = -1);
+  bool Start(const HostPort& addr, uint16_t* bound_port, std::string* error, int listening_fd = -1);
   // The listening socket (to hand over); -1 before Start.
   int listen_fd() const { return listen_fd_; }
   // From now on /readyz answers 503 "draining" (shutdown has begun).

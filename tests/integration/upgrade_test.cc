@@ -220,8 +220,8 @@ class UpgradeTest : public GatewayTest {
   void SetUp() override {
     GatewayTest::SetUp();
     // Every attempt takes a while upstream, so the handover always finds some in flight.
-    upstream_.SetBehavior(UpstreamBehavior::Respond(
-        201, R"({"id":"pi_1","state":"created"})", {{"Content-Type", "application/json"}})
+    upstream_.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_1","state":"created"})",
+                                                    {{"Content-Type", "application/json"}})
                               .WithDelay(20));
     Set("server", "shutdown_grace", "\"5s\"");
   }
@@ -270,8 +270,8 @@ class UpgradeTest : public GatewayTest {
     const Clock::time_point gone = Clock::now();
     const int before = load.answers();
     // After the old gateway is gone, the new one answers on the same port.
-    EXPECT_TRUE(WaitUntil([&] { return load.answers() >= before + 300; },
-                          std::chrono::seconds(20)));
+    EXPECT_TRUE(
+        WaitUntil([&] { return load.answers() >= before + 300; }, std::chrono::seconds(20)));
     load.Stop();
 
     const LoadCounts c = load.counts();
@@ -290,12 +290,13 @@ class UpgradeTest : public GatewayTest {
       gap = std::max(gap, Ms(t[i] - std::max(t[i - 1], start)));
       if (first_new < 0 && t[i] >= serving) first_new = Ms(t[i] - start);
     }
-    printf("[upgrade %s] answers %d (guarded %d, retries %d, passthrough %d); refused %d, lost %d, "
-           "fresh resets %d, stale keep-alive resends %d, executed twice %d; take-over to new "
-           "listening %.1f ms, to its first answer %.1f ms, old gone after %.1f ms, longest gap "
-           "between answers %.1f ms\n",
-           label, c.answers, c.guarded, c.retries, c.passthrough, c.refused, c.lost,
-           c.fresh_reset, c.stale, twice, Ms(serving - start), first_new, Ms(gone - start), gap);
+    printf(
+        "[upgrade %s] answers %d (guarded %d, retries %d, passthrough %d); refused %d, lost %d, "
+        "fresh resets %d, stale keep-alive resends %d, executed twice %d; take-over to new "
+        "listening %.1f ms, to its first answer %.1f ms, old gone after %.1f ms, longest gap "
+        "between answers %.1f ms\n",
+        label, c.answers, c.guarded, c.retries, c.passthrough, c.refused, c.lost, c.fresh_reset,
+        c.stale, twice, Ms(serving - start), first_new, Ms(gone - start), gap);
     fflush(stdout);
     next.Kill(SIGTERM);
     next.Wait();
