@@ -254,13 +254,16 @@ class UpgradeTest : public GatewayTest {
 
   // The load through a take-over by a second process started with `--take-over`; checks what
   // a client would notice and logs the pause.
-  void UpgradeUnderLoad(const char* label) {
+  // `next_workers` > 0: the new process runs that many workers (the old one runs 2).
+  void UpgradeUnderLoad(const char* label, int next_workers = 0) {
     StartWithAdmin();
+    if (next_workers > 0) Set("server", "workers", std::to_string(next_workers));
+    const std::string next_config = dir_.WriteFile("next.toml", ConfigText());
     Load load(port_, 16);
     ASSERT_TRUE(WaitUntil([&] { return load.answers() >= 300; }, std::chrono::seconds(20)));
     GatewayProcess next;
     const Clock::time_point start = Clock::now();
-    ASSERT_TRUE(next.Start(IDEMGATE_BIN, {"--take-over", "--config", dir_.Path("idemgate.toml")}))
+    ASSERT_TRUE(next.Start(IDEMGATE_BIN, {"--take-over", "--config", next_config}))
         << next.error();
     ASSERT_EQ(next.WaitForPort(), port_) << next.log();
     const Clock::time_point serving = Clock::now();
@@ -305,6 +308,17 @@ class UpgradeTest : public GatewayTest {
 
 TEST_F(UpgradeTest, TakeOverUnderLoadRefusesNothingAndExecutesEachKeyOnce) {
   UpgradeUnderLoad("rocksdb");
+}
+
+// Every socket handed over is accepted from: with one worker it takes both (a socket nobody
+// accepted from would hold the connections the kernel hashed to it); with three, the third
+// binds its own into the same SO_REUSEPORT group.
+TEST_F(UpgradeTest, TakeOverByFewerWorkersAcceptsFromEverySocket) {
+  UpgradeUnderLoad("rocksdb, 2 -> 1 workers", 1);
+}
+
+TEST_F(UpgradeTest, TakeOverByMoreWorkersServesOnTheSamePort) {
+  UpgradeUnderLoad("rocksdb, 2 -> 3 workers", 3);
 }
 
 // PostgreSQL: both gateways may serve at once, so the new one accepts before the old one drains.
