@@ -3,6 +3,7 @@
 // guarded and passthrough requests on keep-alive connections, `idemgate --take-over` takes the
 // listeners from the running gateway, which drains and exits; no connection is refused, every
 // request gets its answer, every key executes once and its retry replays. The pause is logged.
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/loopback.h"
 #include "tests/support/pg_cluster.h"
 
 namespace idemgate::test {
@@ -263,8 +265,7 @@ class UpgradeTest : public GatewayTest {
     ASSERT_TRUE(WaitUntil([&] { return load.answers() >= 300; }, std::chrono::seconds(20)));
     GatewayProcess next;
     const Clock::time_point start = Clock::now();
-    ASSERT_TRUE(next.Start(IDEMGATE_BIN, {"--take-over", "--config", next_config}))
-        << next.error();
+    ASSERT_TRUE(next.Start(IDEMGATE_BIN, {"--take-over", "--config", next_config})) << next.error();
     ASSERT_EQ(next.WaitForPort(), port_) << next.log();
     const Clock::time_point serving = Clock::now();
     std::optional<ExitStatus> old = gateway_.Wait(std::chrono::seconds(20));
@@ -384,6 +385,42 @@ TEST_F(UpgradeTest, UpgradeWhoseSuccessorFailsLeavesTheRunningGatewayServing) {
   HttpResponse r = Post("still-served", "{}");
   EXPECT_EQ(r.status, 201) << r.raw;
   EXPECT_TRUE(gateway_.running());
+}
+
+// A port nobody listens on right now.
+uint16_t UnusedPort() {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);
+}
+
+// A restart-only key applied by a take-over: a new listen.address is bound afresh, and the old
+// one closes with the old gateway.
+TEST_F(UpgradeTest, TakeOverWithANewListenAddressBindsIt) {
+  StartGateway();
+  const uint16_t old_port = port_;
+  const uint16_t new_port = UnusedPort();
+  Set("listen", "address", "\"127.0.0.1:" + std::to_string(new_port) + "\"");
+  GatewayProcess next;
+  ASSERT_TRUE(next.Start(IDEMGATE_BIN,
+                         {"--take-over", "--config", dir_.WriteFile("next.toml", ConfigText())}))
+      << next.error();
+  EXPECT_EQ(next.WaitForPort(), new_port) << next.log();
+  EXPECT_NE(next.log().find("binding it afresh"), std::string::npos) << next.log();
+  EXPECT_TRUE(gateway_.Wait(std::chrono::seconds(10)).has_value());
+  port_ = new_port;
+  HttpResponse r = Post("on-the-new-port", "{}");
+  EXPECT_EQ(r.status, 201) << r.raw;
+  errno = 0;
+  EXPECT_FALSE(ConnectLoopback(old_port).valid());
+  EXPECT_EQ(errno, ECONNREFUSED);
+  next.Kill(SIGTERM);
+  next.Wait();
 }
 
 TEST_F(UpgradeTest, TakeOverWithNoRunningGatewayFailsClearly) {
