@@ -356,9 +356,11 @@ TEST_F(UpgradeTest, UpgradeCommandHandsOverToASuccessorThatBecomesTheMainProcess
   RunResult upgrade = RunGateway({"--upgrade", "--config", path});
   EXPECT_EQ(upgrade.code, 0) << upgrade.output << gateway_.log();
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(upgrade.output, m, std::regex("upgrade: pid ([0-9]+) serves")))
+  ASSERT_TRUE(std::regex_search(upgrade.output, m, std::regex("new gateway \\(pid ([0-9]+)\\)")))
       << upgrade.output;
-  Stranger successor{std::stoi(m[1].str())};
+  Stranger successor{std::stoi(m[1].str())};  // ended with the test, whatever happens below
+  EXPECT_NE(upgrade.output.find("upgrade: pid " + m[1].str() + " serves"), std::string::npos)
+      << upgrade.output;
   EXPECT_NE(successor.pid, gateway_.pid());
   EXPECT_EQ(notify.Receive(), "MAINPID=" + m[1].str());  // before the old one exits
   EXPECT_EQ(notify.Receive(), "READY=1");
