@@ -194,19 +194,15 @@ bool Worker::Adopt(evutil_socket_t fd, uint16_t* bound_port, std::string* error)
   }
   evconnlistener_set_error_cb(listener.get(), &Worker::OnAcceptError);
   listeners_.push_back(std::move(listener));
+  listen_fds_.push_back(fd);
   if (!accept_pause_.initialized()) {
     accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
   }
   return true;
 }
 
-std::vector<evutil_socket_t> Worker::ListenFds() const {
-  std::vector<evutil_socket_t> fds;
-  for (const ListenerPtr& listener : listeners_) {
-    fds.push_back(evconnlistener_get_fd(listener.get()));
-  }
-  return fds;
-}
+// Recorded when adopted, so that another thread reads no libevent state of this loop.
+std::vector<evutil_socket_t> Worker::ListenFds() const { return listen_fds_; }
 
 // accept() failed for a reason retrying at once cannot fix (EMFILE/ENFILE at the descriptor
 // limit, ENOBUFS, ENOMEM): the pending connection stays in the backlog and the listener would

@@ -119,6 +119,7 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   Timer grace_timer_;
   Timer hard_stop_timer_;
   std::vector<ListenerPtr> listeners_;  // usually one; more after a take-over from more workers
+  std::vector<evutil_socket_t> listen_fds_;  // theirs, for ListenFds (set before Start)
   Timer accept_pause_;             // re-enables the listener after an accept() error
   int64_t accept_backoff_ms_ = 0;  // the next pause; grows while accept() keeps failing
   std::unique_ptr<UpstreamGroup> upstream_;  // the default group, [upstream]
