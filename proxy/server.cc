@@ -172,12 +172,12 @@ bool Server::OpenObservability(const Config& config, std::string* error) {
 }
 
 bool Server::OpenTls(const Config& config, std::string* error) {
-  if (!config.listen.tls_cert.empty()) {
-    server_tls_ = MakeServerTlsContext(config.listen.tls_cert, config.listen.tls_key, error);
+  const std::vector<std::string>& certs = config.listen.certificate_files;  // cert, key, ...
+  if (certs.size() >= 2) {
+    server_tls_ = MakeServerTlsContext(certs[0], certs[1], error);
     if (!server_tls_) return false;
-    // Each handshake takes the current pair from server_certs_ (replaced on SIGHUP).
-    if (!server_certs_.Install(server_tls_.get(), config.listen.tls_cert, config.listen.tls_key,
-                               error)) {
+    // Each handshake takes its current pair from server_certs_ (by SNI; replaced on SIGHUP).
+    if (!server_certs_.Install(server_tls_.get(), certs, error)) {
       return false;
     }
     OfferAlpn(server_tls_.get(), config.listen.http2);
@@ -300,8 +300,14 @@ void Server::Reload() {
          key_error.c_str());
     return;
   }
-  // The listener's certificate and key, read again from the same files and verified first: a
-  // pair that fails refuses the whole reload (nothing changes, the running pair serves on).
+  // The upstream CA files, then the listener's certificates and keys, read again from the same
+  // files and verified first: one that fails refuses the whole reload (nothing changes).
+  if (std::string ca_error = VerifyUpstreamCas(gateway_, *gateway_.Snapshot()); !ca_error.empty()) {
+    reload_stats_.ReloadFailed();
+    LogF(LogLevel::kError, "reload",
+         "reload failed, keeping the running config and certificates: %s", ca_error.c_str());
+    return;
+  }
   std::string cert_change;
   if (server_tls_) {
     std::string detail;
@@ -318,6 +324,8 @@ void Server::Reload() {
       cert_change = "listen.tls_cert certificate replaced (" + detail + ")";
     }
   }
+  const std::string ca_change = ReloadUpstreamCas(gateway_, *gateway_.Snapshot());
+  if (!ca_change.empty()) cert_change += (cert_change.empty() ? "" : "; ") + ca_change;
   for (const std::string& key : plan.ignored) {
     LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
   }

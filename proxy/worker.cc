@@ -151,13 +151,14 @@ bool Worker::Init(std::string* error) {
   reaper_.reset(event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::Reap>, this));
   std::shared_ptr<const Config> config = gateway_->Snapshot();
   auto post = [this](std::function<void()> fn) { Post(std::move(fn)); };
+  UpstreamStats* stats = gateway_->metrics ? &gateway_->metrics->upstream_stats() : nullptr;
   upstream_ = std::make_unique<UpstreamGroup>(base_.get(), "", config->upstream,
-                                              gateway_->upstream_tls, post);
+                                              gateway_->upstream_tls, post, stats);
   if (!upstream_->Init(error)) return false;
   for (const auto& [name, group_config] : config->upstream_groups) {
     auto tls = gateway_->upstream_group_tls.find(name);
     SSL_CTX* ctx = tls == gateway_->upstream_group_tls.end() ? nullptr : tls->second;
-    auto group = std::make_unique<UpstreamGroup>(base_.get(), name, group_config, ctx, post);
+    auto group = std::make_unique<UpstreamGroup>(base_.get(), name, group_config, ctx, post, stats);
     if (!group->Init(error)) return false;
     groups_.emplace(name, std::move(group));
   }
@@ -362,9 +363,11 @@ void Worker::RecordStoreOp(StoreOp op, int64_t micros) {
   if (metrics_) metrics_->RecordStoreOp(op, micros);
 }
 
-void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) {
+void Worker::RecordConnectionError(ErrorCode code, Protocol protocol, std::string_view client_ip,
+                                   size_t bytes_out) {
   RequestReport report;
   report.outcome = Outcome::kRejected;
+  report.protocol = protocol;
   report.error = code;
   report.status = GetErrorInfo(code).status;
   report.client_ip = client_ip;

@@ -85,7 +85,8 @@ class Worker final : public ExchangeEnv, public ClientEnv {
                         const std::string& client_ip, bool tls) override;
   StreamCall* SendStream(std::string head, bool head_request, const UpstreamLimits& limits,
                          StreamReceiver* receiver, UpstreamCallback done) override;
-  void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) override;
+  void RecordConnectionError(ErrorCode code, Protocol protocol, std::string_view client_ip,
+                             size_t bytes_out) override;
   void RecordAnswerDropped() override;
   void ConnectionClosed(ClientConn* conn, CloseReason reason) override;
 

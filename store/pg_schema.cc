@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "common/log.h"
 #include "store/pg_conn.h"
 #include "store/pg_sql.h"
 
@@ -19,6 +20,37 @@ struct ConnDeleter {
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+// The index of the admin's lookup by key_hash (kKeyHashSql): built CONCURRENTLY, after the
+// schema's transaction, so the gateways already serving keep writing meanwhile. Additive within
+// schema version 2 (a gateway that does not know it reads and writes the table as before). One
+// instance builds at a time (a session advisory lock; another start skips it); an index a broken
+// build left invalid is dropped and built again. A failure only costs the lookup its speed.
+void BuildKeyHashIndex(PGconn* conn) {
+  ResultPtr lock(PQexec(conn, "SELECT pg_try_advisory_lock(33140126138371)"));  // schema lock + 2
+  if (PQresultStatus(lock.get()) != PGRES_TUPLES_OK || PQgetvalue(lock.get(), 0, 0)[0] != 't') {
+    return;
+  }
+  ResultPtr invalid(PQexec(conn,
+                           "SELECT 1 FROM pg_index WHERE indexrelid ="
+                           " to_regclass('idemgate_records_key_hash') AND NOT indisvalid"));
+  const char* steps[] = {
+      PQntuples(invalid.get()) == 1 ? "DROP INDEX CONCURRENTLY IF EXISTS idemgate_records_key_hash"
+                                    : nullptr,
+      "CREATE INDEX CONCURRENTLY IF NOT EXISTS idemgate_records_key_hash ON idemgate_records"
+      " (" IDEMGATE_PG_KEY_HASH("") ")"};
+  for (const char* sql : steps) {
+    if (sql == nullptr) continue;
+    ResultPtr r(PQexec(conn, sql));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      LogF(LogLevel::kWarn, "store",
+           "cannot build the index of the admin's lookup by key_hash (it scans instead): %s",
+           Trim(PQerrorMessage(conn)).c_str());
+      break;
+    }
+  }
+  PQclear(PQexec(conn, "SELECT pg_advisory_unlock(33140126138371)"));
 }
 
 }  // namespace
@@ -55,6 +87,7 @@ bool PrepareSchema(const std::string& dsn, uint64_t* records, std::string* error
       return false;
     }
   }
+  BuildKeyHashIndex(conn.get());
   ResultPtr count(PQexec(conn.get(), kCountSql));
   *records = PQresultStatus(count.get()) == PGRES_TUPLES_OK && PQntuples(count.get()) == 1
                  ? strtoull(PQgetvalue(count.get(), 0, 0), nullptr, 10)

@@ -294,6 +294,7 @@ void AdminServer::HandleReady(evhttp_request* req) {
   body += ",\"store\":\"" + (store.empty() ? std::string("ok") : JsonEscape(store)) + "\"";
   body += ",\"upstream\":\"" + (upstream.empty() ? std::string("ok") : JsonEscape(upstream)) + "\"";
   if (draining) body += ",\"draining\":true";
+  if (metrics_) body += RouteGroupsDownJson(metrics_->upstream_stats());
   body += "}";
   if (ready) return ReplyJson(req, 200, "OK", body);
   ReplyJson(req, 503, "Service Unavailable", body);
