@@ -140,6 +140,9 @@ struct Config {
   struct Server {
     int workers = 0;  // 0 = the number of cores
     int64_t shutdown_grace_ms = 10'000;
+    // The Unix socket a new process takes the listeners over through (proxy/handover.h):
+    // "" = next to the store (or the runtime directory), "off" = none.
+    std::string handover_socket;
   } server;
 
   struct Admin {

@@ -415,6 +415,10 @@ const KeySpec kKeys[] = {
      nullptr,
      "On SIGTERM/SIGINT, how long in-flight requests may run before the gateway exits (at "
      "most 1h)."},
+    {"server", "handover_socket", Kind::kString, kRestart, FIELD(server.handover_socket), 0, 0,
+     nullptr,
+     "Unix socket through which `idemgate --take-over` takes the listeners over (\"\" = "
+     "store.path + \".handover\", or $RUNTIME_DIRECTORY/handover with PostgreSQL; \"off\")."},
 
     {"admin", "address", Kind::kString, kRestart, FIELD(admin.address), 0, 0, CheckAdminAddress,
      "Admin listener address, \"host:port\" (\"\" = no admin listener)."},

@@ -129,7 +129,8 @@ Worker::~Worker() {
   accept_pause_ = Timer();  // frees its event while the loop still exists
   grace_timer_ = Timer();
   hard_stop_timer_ = Timer();
-  listener_.reset();
+  linger_timer_ = Timer();
+  listeners_.clear();
   groups_.clear();
   upstream_.reset();
   mailbox_ev_.reset();
@@ -186,22 +187,36 @@ UpstreamGroup* Worker::Group(std::string_view name) {
 bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* error) {
   evutil_socket_t fd = BindSocket(addr, *bound_port, /*reuse_port=*/true, error);
   if (fd < 0) return false;
+  return Adopt(fd, bound_port, error);
+}
+
+bool Worker::Adopt(evutil_socket_t fd, uint16_t* bound_port, std::string* error) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  listener_.reset(evconnlistener_new(base_.get(), &Worker::OnAccept, this,
-                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd));
-  if (!listener_) {
+  evutil_make_socket_nonblocking(fd);
+  // Backlog 0: the socket already listens, with BindSocket's 1024, which holds the connections
+  // that arrive while a handover has nobody accepting.
+  ListenerPtr listener(evconnlistener_new(base_.get(), &Worker::OnAccept, this,
+                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd));
+  if (!listener) {
     close(fd);
     *error = "cannot start the listener";
     return false;
   }
-  evconnlistener_set_error_cb(listener_.get(), &Worker::OnAcceptError);
-  accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
+  evconnlistener_set_error_cb(listener.get(), &Worker::OnAcceptError);
+  listeners_.push_back(std::move(listener));
+  listen_fds_.push_back(fd);
+  if (!accept_pause_.initialized()) {
+    accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
+  }
   return true;
 }
+
+// Recorded when adopted, so that another thread reads no libevent state of this loop.
+std::vector<evutil_socket_t> Worker::ListenFds() const { return listen_fds_; }
 
 // accept() failed for a reason retrying at once cannot fix (EMFILE/ENFILE at the descriptor
 // limit, ENOBUFS, ENOMEM): the pending connection stays in the backlog and the listener would
@@ -223,7 +238,8 @@ void Worker::OnAcceptError(evconnlistener* listener, void* arg) {
 }
 
 void Worker::ResumeAccepting() {
-  if (!draining_ && listener_) evconnlistener_enable(listener_.get());
+  if (draining_) return;
+  for (ListenerPtr& listener : listeners_) evconnlistener_enable(listener.get());
 }
 
 // limits.max_connections, counted over every worker: false (and counted) past it.
@@ -404,22 +420,27 @@ void Worker::Reap() {
   MaybeExit();
 }
 
-void Worker::Shutdown(int64_t grace_ms) {
-  Post([this, grace_ms] {
-    BeginDrain();
+void Worker::Shutdown(int64_t grace_ms, int64_t idle_linger_ms) {
+  Post([this, grace_ms, idle_linger_ms] {
     grace_timer_.Init<Worker, &Worker::CutAtGrace>(base_.get(), this);
     grace_timer_.Arm(grace_ms);
+    BeginDrain(idle_linger_ms);
   });
 }
 
-void Worker::BeginDrain() {
+void Worker::BeginDrain(int64_t idle_linger_ms) {
   draining_ = true;
   // Closed, not paused: a paused listener's socket would still queue new clients in its backlog,
-  // where they hang until the process exits.
-  listener_.reset();
-  std::vector<ClientConn*> conns;
-  for (auto& [raw, owned] : conns_) conns.push_back(raw);
-  for (ClientConn* conn : conns) conn->CloseWhenIdle();
+  // where they hang until the process exits. After a handover the process taking over holds
+  // the same sockets, so closing them here leaves their backlog to it.
+  listeners_.clear();
+  if (idle_linger_ms < 0) {
+    CloseIdle();
+  } else {
+    close_idle_at_us_ = MonoUs() + idle_linger_ms * 1000;
+    linger_timer_.Init<Worker, &Worker::MaybeExit>(base_.get(), this);
+    linger_timer_.Arm(idle_linger_ms);
+  }
   // W3: duplicates waiting for a first answer get their 409 now, well within the grace period.
   std::vector<Exchange*> running;
   for (auto& [raw, owned] : exchanges_) running.push_back(raw);
@@ -429,9 +450,18 @@ void Worker::BeginDrain() {
   MaybeExit();
 }
 
+// Idle connections close now; busy ones after their answer (it says Connection: close).
+void Worker::CloseIdle() {
+  idle_closed_ = true;
+  std::vector<ClientConn*> conns;
+  for (auto& [raw, owned] : conns_) conns.push_back(raw);
+  for (ClientConn* conn : conns) conn->CloseWhenIdle();
+}
+
 // The grace period is over: upstream calls still running end now and their exchanges store an
 // indeterminate answer (R4), so a retry after the restart replays it instead of executing again.
 void Worker::CutAtGrace() {
+  if (!idle_closed_) CloseIdle();
   if (!exchanges_.empty()) {
     LogF(LogLevel::kWarn, "worker", "shutdown grace over: ending %zu requests in progress",
          exchanges_.size());
@@ -458,7 +488,9 @@ void Worker::HardStop() {
 }
 
 void Worker::MaybeExit() {
-  if (draining_ && conns_.empty() && exchanges_.empty()) event_base_loopexit(base_.get(), nullptr);
+  if (!draining_ || !exchanges_.empty()) return;
+  if (!idle_closed_ && MonoUs() >= close_idle_at_us_) CloseIdle();
+  if (conns_.empty()) event_base_loopexit(base_.get(), nullptr);
 }
 
 }  // namespace idemgate

@@ -140,6 +140,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "limits.http2_max_streams",
                                          "server.workers",
                                          "server.shutdown_grace",
+                                         "server.handover_socket",
                                          "admin.address",
                                          "admin.token",
                                          "admin.backup_dir",
