@@ -11,6 +11,7 @@
 #include <map>
 #include <utility>
 
+#include "conf/config_certificates.h"
 #include "conf/config_keys.h"
 #include "conf/config_reader.h"
 #include "conf/config_routes.h"
@@ -175,6 +176,7 @@ Config BuildConfig(const Context& ctx, std::vector<std::string>* errors) {
     for (const conf::KeySpec& key : conf::ConfigKeys()) {
       if (key.section == section) names.push_back(key.name);
     }
+    if (section == "listen") names.push_back("certificates");  // [[listen.certificates]]
     for (std::string_view sub : sections) {  // [store.postgres] is the key "postgres" of [store]
       if (sub.size() > section.size() && sub.substr(0, section.size()) == section &&
           sub[section.size()] == '.') {
@@ -193,6 +195,7 @@ Config BuildConfig(const Context& ctx, std::vector<std::string>* errors) {
     }
   }
   Collect(errors, [&] { ReadUpstreamGroups(ctx, &config); });
+  Collect(errors, [&] { conf::ReadCertificates(ctx, &config); });
   // Across keys only over values that all read: a key left at its default would be misjudged.
   if (errors->empty()) Collect(errors, [&] { CheckAcrossKeys(ctx, readers, config); });
   Collect(errors, [&] { conf::ReadRoutes(ctx, &config); });

@@ -21,6 +21,14 @@ struct HostPort {
 
 struct Route;
 
+// An address block of listen.trusted_proxies: IPv4 as IPv4-mapped IPv6, so one compare serves
+// both ("10.0.0.0/8" is ::ffff:10.0.0.0/104).
+struct Cidr {
+  unsigned char addr[16] = {};
+  int bits = 0;  // prefix length, 0-128
+  bool operator==(const Cidr&) const = default;
+};
+
 struct Config {
   struct Listen {
     std::string address = "0.0.0.0:8080";
@@ -28,6 +36,12 @@ struct Config {
     std::string tls_cert;  // PEM file; TLS on the client side when both are set
     std::string tls_key;
     bool http2 = true;  // SPEC §14 H1: h2 by ALPN (TLS) and by prior knowledge (plain)
+    bool proxy_protocol = false;               // every connection starts with a PROXY v1/v2 header
+    std::vector<std::string> trusted_proxies;  // CIDRs whose X-Forwarded-For is believed
+    std::vector<Cidr> trusted;                 // parsed from trusted_proxies
+    // Every certificate and key pair, in order (cert, key, cert, key, ...): tls_cert/tls_key
+    // first when set, then each [[listen.certificates]]. Empty: plain HTTP.
+    std::vector<std::string> certificate_files;
   } listen;
 
   // An upstream group: one server (url) or several (servers), all http:// or all https://.
@@ -87,6 +101,11 @@ struct Config {
     std::string backend = "rocksdb";  // "rocksdb" (embedded, one instance) or "postgres" (shared)
     std::string path = "./data";
     bool sync = true;
+    // How long the store may leave a claim unconfirmed (then 503; a claim that lands later is
+    // given back) and a completion past its lease (then 502, outcome unknown): a store that
+    // cannot commit (PostgreSQL waiting for a synchronous standby that is gone, a stalled disk)
+    // answers the client instead of leaving it waiting.
+    int64_t confirm_timeout_ms = 10'000;
     struct Postgres {
       std::string dsn;       // libpq connection string; never holds the password (passfile)
       int64_t connections = 8;
@@ -121,6 +140,9 @@ struct Config {
   struct Server {
     int workers = 0;  // 0 = the number of cores
     int64_t shutdown_grace_ms = 10'000;
+    // The Unix socket a new process takes the listeners over through (proxy/handover.h):
+    // "" = next to the store (or the runtime directory), "off" = none.
+    std::string handover_socket;
   } server;
 
   struct Admin {

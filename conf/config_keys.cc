@@ -33,6 +33,20 @@ void CheckListenAddress(const Context&, const SectionReader& r, bool, Config* c)
   c->listen.addr = std::move(*addr);
 }
 
+void CheckTrustedProxies(const Context&, const SectionReader& r, bool, Config* c) {
+  c->listen.trusted.clear();
+  for (const std::string& text : c->listen.trusted_proxies) {
+    std::string why;
+    std::optional<Cidr> cidr = ParseCidr(text, &why);
+    if (!cidr) {
+      r.Fail("trusted_proxies",
+             "\"" + text + "\" is not an address block like \"10.0.0.0/8\": " + why);
+      continue;
+    }
+    c->listen.trusted.push_back(*cidr);
+  }
+}
+
 void CheckUpstreamUrl(const Context&, const SectionReader& r, bool, Config* c) {
   std::string why;
   auto url = ParseHttpUrl(c->upstream.url, &why);
@@ -246,6 +260,13 @@ const KeySpec kKeys[] = {
     {"listen", "http2", Kind::kBool, kRestart, FIELD(listen.http2), 0, 0, nullptr,
      "Accept HTTP/2 from clients: h2 by ALPN on TLS, the preface on plain HTTP (false: HTTP/1.1 "
      "only)."},
+    {"listen", "proxy_protocol", Kind::kBool, kRestart, FIELD(listen.proxy_protocol), 0, 0, nullptr,
+     "Every connection starts with a PROXY protocol v1 or v2 header (a TCP load balancer's); one "
+     "without is closed."},
+    {"listen", "trusted_proxies", Kind::kStrings, kLive, FIELD(listen.trusted_proxies), 0, 0,
+     CheckTrustedProxies,
+     "Address blocks (\"10.0.0.0/8\") of proxies whose X-Forwarded-For names the client ([] = "
+     "none)."},
 
     {"upstream", "url", Kind::kString, kRestart, FIELD(upstream.url), 0, 0, CheckUpstreamUrl,
      "The origin: \"http://host[:port]\" or \"https://host[:port]\", no path (default port 80 "
@@ -335,6 +356,10 @@ const KeySpec kKeys[] = {
      "Directory of the embedded record store (RocksDB)."},
     {"store", "sync", Kind::kBool, kRestart, FIELD(store.sync), 0, 0, nullptr,
      "true: every claim and completion is synced to the write-ahead log before it is acted on."},
+    {"store", "confirm_timeout", Kind::kDuration, kLive, FIELD(store.confirm_timeout_ms), 1, kHour,
+     nullptr,
+     "How long the store may leave a claim unconfirmed (then 503 store_unavailable; a late "
+     "claim is given back) and a completion past its lease (then 502 outcome unknown); <= 1h."},
     {"store.postgres", "dsn", Kind::kString, kRestart, FIELD(store.postgres.dsn), 0, 0,
      CheckPostgresDsn,
      "libpq connection string, no password (libpq reads ~/.pgpass or PGPASSFILE); needed by "
@@ -379,8 +404,8 @@ const KeySpec kKeys[] = {
     {"limits", "max_waiters", Kind::kInt, kLive, FIELD(limits.max_waiters), 0, 10'000'000, nullptr,
      "Duplicates waiting for a first answer at once (per instance); past it a duplicate gets 409 "
      "at once."},
-    {"limits", "http2_max_streams", Kind::kInt, kLive, FIELD(limits.http2_max_streams), 1,
-     10'000, nullptr,
+    {"limits", "http2_max_streams", Kind::kInt, kLive, FIELD(limits.http2_max_streams), 1, 10'000,
+     nullptr,
      "Concurrent HTTP/2 streams per client connection (1 to 10000); a new connection takes a "
      "change."},
 
@@ -390,6 +415,10 @@ const KeySpec kKeys[] = {
      nullptr,
      "On SIGTERM/SIGINT, how long in-flight requests may run before the gateway exits (at "
      "most 1h)."},
+    {"server", "handover_socket", Kind::kString, kRestart, FIELD(server.handover_socket), 0, 0,
+     nullptr,
+     "Unix socket through which `idemgate --take-over` takes the listeners over (\"\" = "
+     "store.path + \".handover\", or $RUNTIME_DIRECTORY/handover with PostgreSQL; \"off\")."},
 
     {"admin", "address", Kind::kString, kRestart, FIELD(admin.address), 0, 0, CheckAdminAddress,
      "Admin listener address, \"host:port\" (\"\" = no admin listener)."},
@@ -408,6 +437,7 @@ const DerivedField kDerived[] = {
     {"", FIELD(upstream.tls)},
     {"", FIELD(upstream.addrs)},
     {"", FIELD(admin.addr)},
+    {"listen.certificates (the certificate and key files)", FIELD(listen.certificate_files)},
     // The file may be rewritten in place: its bytes change the scope ids as much as its path.
     {"scope.secret (file contents)", FIELD(scope.secret)},
     {"store.encryption (turned on or off)", FIELD(store.encryption.enabled)},

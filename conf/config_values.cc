@@ -2,8 +2,11 @@
 // Parsers for the scalar value syntaxes of the configuration: addresses, URLs, tokens, durations.
 #include "conf/config_values.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -116,6 +119,64 @@ std::optional<uint64_t> ParseSize(std::string_view text) {
 }
 
 namespace conf {
+
+namespace {
+
+// Numeric IPv4 or IPv6 text -> 16 bytes (IPv4 as ::ffff:a.b.c.d); *v4 says which it was.
+bool ParseIp(std::string_view text, unsigned char out[16], bool* v4) {
+  const std::string s(text);
+  unsigned char four[4];
+  if (inet_pton(AF_INET, s.c_str(), four) == 1) {
+    std::memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    std::memcpy(out + 12, four, 4);
+    *v4 = true;
+    return true;
+  }
+  *v4 = false;
+  return inet_pton(AF_INET6, s.c_str(), out) == 1;
+}
+
+}  // namespace
+
+std::optional<Cidr> ParseCidr(std::string_view text, std::string* why) {
+  const size_t slash = text.find('/');
+  Cidr cidr;
+  bool v4 = false;
+  if (!ParseIp(text.substr(0, slash), cidr.addr, &v4)) {
+    *why = "not an IP address";
+    return std::nullopt;
+  }
+  const int width = v4 ? 32 : 128;
+  int bits = width;
+  if (slash != std::string_view::npos) {
+    std::string_view n = text.substr(slash + 1);
+    if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string_view::npos ||
+        (bits = std::stoi(std::string(n))) > width) {
+      *why = "the prefix length must be 0 to " + std::to_string(width);
+      return std::nullopt;
+    }
+  }
+  cidr.bits = bits + (v4 ? 96 : 0);
+  for (int i = cidr.bits; i < 128; ++i) {
+    if (cidr.addr[i / 8] & (0x80 >> (i % 8))) {
+      *why = "it has address bits set past its prefix length";
+      return std::nullopt;
+    }
+  }
+  return cidr;
+}
+
+bool CidrContains(const Cidr& cidr, std::string_view ip) {
+  unsigned char addr[16];
+  bool v4 = false;
+  if (!ParseIp(ip, addr, &v4)) return false;
+  for (int i = 0; i < cidr.bits; ++i) {
+    const unsigned char bit = 0x80 >> (i % 8);
+    if ((addr[i / 8] & bit) != (cidr.addr[i / 8] & bit)) return false;
+  }
+  return true;
+}
 
 std::optional<HostPort> ParseHostPort(std::string_view text, bool allow_port_zero,
                                       std::string* why) {

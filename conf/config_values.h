@@ -24,6 +24,12 @@ struct HttpUrl {
 // fragment. On failure returns nullopt and sets *why.
 std::optional<HttpUrl> ParseHttpUrl(std::string_view text, std::string* why);
 
+// "10.0.0.0/8", "2001:db8::/32", or an address alone (a /32 or /128). Host bits set under the
+// prefix ("10.0.0.1/8") are refused: the operator meant another block. nullopt with *why.
+std::optional<Cidr> ParseCidr(std::string_view text, std::string* why);
+// Whether `ip` (numeric text, IPv4 or IPv6) is inside `cidr`.
+bool CidrContains(const Cidr& cidr, std::string_view ip);
+
 // An RFC 9110 token (a header name or a method): one or more tchar.
 bool IsHttpToken(std::string_view text);
 

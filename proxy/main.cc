@@ -13,10 +13,12 @@
 
 #include "common/log.h"
 #include "conf/config.h"
+#include "proxy/handover.h"
 #include "proxy/ops/build_info.h"
 #include "proxy/ops/preflight.h"
 #include "proxy/ops/store_signature.h"
 #include "proxy/server.h"
+#include "proxy/service_manager.h"
 #include "store/store_backup.h"
 #include "store/store_factory.h"
 
@@ -29,6 +31,12 @@ constexpr char kUsage[] =
     "       idemgate --accept-new-signature --config FILE\n"
     "                run, accepting key settings (idempotency.header, fingerprint_headers,\n"
     "                scope.header, the scope secret) other than those the store was written with\n"
+    "       idemgate --take-over --config FILE\n"
+    "                run, taking the listeners over from the gateway running now (an upgrade or\n"
+    "                a restart that refuses no connection): it drains and exits, this one serves\n"
+    "       idemgate --upgrade --config FILE\n"
+    "                check FILE, then have the running gateway start its successor (the binary\n"
+    "                now at its path, with --take-over) and wait until that one serves\n"
     "       idemgate --restore CHECKPOINT --config FILE\n"
     "                copy a checkpoint made by POST /backup into store.path (new or empty;\n"
     "                the gateway stopped), check that it opens, and exit\n"
@@ -38,6 +46,8 @@ struct Args {
   std::string config_path;
   bool check_only = false;
   bool accept_new_signature = false;  // start although the store's settings signature differs
+  bool take_over = false;             // receive the listeners from the running gateway
+  bool upgrade = false;               // ask the running gateway to start its successor
   std::string restore_from;           // --restore: a checkpoint directory
 };
 
@@ -53,6 +63,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
       return 0;
     } else if (arg == "--check-config") {
       args->check_only = true;
+    } else if (arg == "--upgrade") {
+      args->upgrade = true;
+    } else if (arg == "--take-over") {
+      args->take_over = true;
     } else if (arg == "--accept-new-signature") {
       args->accept_new_signature = true;
     } else if (arg == "--restore" && i + 1 < argc) {
@@ -131,7 +145,10 @@ int Main(int argc, char** argv) {
   }
   // A restore needs only store.path: an upstream that does not resolve right now must not stop it.
   if (!args.restore_from.empty()) return Restore(*loaded.config, args.restore_from);
-  if (!RunPreflight(*loaded.config, args.config_path, args.check_only)) return 1;
+  // The binary as started: an upgrade starts the successor from this path.
+  StartedBinaryPath();
+  if (!RunPreflight(*loaded.config, args.config_path, args.check_only || args.upgrade)) return 1;
+  if (args.upgrade) return RunUpgrade(*loaded.config);
   if (args.check_only) {
     std::vector<std::string> key_lines;
     std::string key_error;
@@ -148,7 +165,7 @@ int Main(int argc, char** argv) {
   // ever handled by the main loop, and one sent during start-up is not lost or fatal.
   SetStopSignalsBlocked(true);
   evthread_use_pthreads();
-  Server server(loaded.config, args.config_path, args.accept_new_signature);
+  Server server(loaded.config, args.config_path, args.accept_new_signature, args.take_over);
   std::string error;
   if (!server.Open(&error)) {
     Log(LogLevel::kError, "main", error);

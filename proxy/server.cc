@@ -22,6 +22,7 @@
 #include "proxy/ops/ops_metrics.h"
 #include "proxy/ops/preflight.h"
 #include "proxy/ops/store_signature.h"
+#include "proxy/service_manager.h"
 #include "store/store_backup.h"
 #include "store/store_factory.h"
 
@@ -31,6 +32,9 @@ namespace {
 // With the default limits.max_connections, an open-file limit of at least this is not warned
 // about (about 2000 client connections, each with an upstream one).
 constexpr rlim_t kQuietOpenFileLimit = 4096;
+
+// See Run: how long a handover over a shared store keeps idle keep-alive connections open.
+constexpr int64_t kHandoverIdleLingerMs = 1'000;
 
 }  // namespace
 
@@ -46,21 +50,42 @@ void SetStopSignalsBlocked(bool blocked) {
 
 bool Server::Open(std::string* error) {
   const Config& config = *gateway_.Snapshot();
-  // Before the store is opened or created: a second instance must not touch anything.
-  if (!CheckListenAddressFree(config.listen.addr, error)) return false;
+  // Before the store is opened or created: a second instance must not touch anything. Taking
+  // over, this process is the running one's successor, and receives its listeners instead.
+  if (take_over_) {
+    if (!ReceiveListeners(config, error)) return false;
+  } else if (!CheckListenAddressFree(config.listen.addr, error)) {
+    return false;
+  }
   const bool embedded = config.store.backend == "rocksdb";
   if (std::string e = embedded ? PrepareStoreDirectory(config.store.path) : ""; !e.empty()) {
     *error = e;
     return false;
   }
+  metrics_ = std::make_unique<Metrics>(WorkerCount(config));  // one shard per worker
+  // What can fail without the store comes first: a take-over that fails here leaves the
+  // running gateway serving.
+  if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
+  // One writer at a time: the old gateway closes the embedded store before this one opens it.
+  if (take_over_ && embedded && !StopOldGateway(/*wait_closed=*/true, error)) return false;
+  if (!OpenStoreParts(config, error)) return false;
+  // The admin thread first: a failure here leaves no worker thread running.
+  if (!StartAdmin(config, error) || !StartWorkers(config, error)) return false;
+  // A shared store may have two writers: the old gateway drains while this one serves.
+  if (take_over_ && !embedded) StopOldGateway(/*wait_closed=*/false, error);
+  return true;
+}
+
+bool Server::OpenStoreParts(const Config& config, std::string* error) {
+  const bool embedded = config.store.backend == "rocksdb";
   StoreHooks hooks;
   hooks.clock = &clock_;
-  metrics_ = std::make_unique<Metrics>(WorkerCount(config));  // one shard per worker
   hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
     metrics->ObserveBatchSize(ops);
   };
   hooks.sealed = &sealed_;
-  store_ = OpenStore(config, hooks, error);
+  store_ = take_over_ && embedded ? OpenTakenOverStore(config, hooks, error)
+                                  : OpenStore(config, hooks, error);
   if (!store_) {
     if (embedded) *error = ExplainStoreOpenError(config.store.path, *error);
     return false;
@@ -85,9 +110,7 @@ bool Server::Open(std::string* error) {
   metrics_->SetWaitersSource([waits = &waits_] { return waits->size(); });
   metrics_->SetUnsentBytesSource([unsent = &unsent_] { return unsent->bytes(); });
   gateway_.clock = &clock_;
-  if (!OpenObservability(config, error) || !OpenTls(config, error)) return false;
-  // The admin thread first: a failure here leaves no worker thread running.
-  return StartAdmin(config, error) && StartWorkers(config, error);
+  return true;
 }
 
 void Server::Run() {
@@ -99,16 +122,26 @@ void Server::Run() {
   evsignal_add(term.get(), nullptr);
   evsignal_add(intr.get(), nullptr);
   evsignal_add(hup.get(), nullptr);
+  WatchHandoverSocket(base.get());
   // Blocked since before the first thread started (Main): a signal that arrived during
   // start-up was held pending and is delivered now, to this thread's handlers.
   SetStopSignalsBlocked(false);
   event_base_dispatch(base.get());
   int64_t grace = gateway_.Snapshot()->server.shutdown_grace_ms;
-  if (admin_) admin_->SetDraining();
-  for (auto& worker : workers_) worker->Shutdown(grace);
+  // Handing over, /readyz stays ready: the same admin socket goes on serving, from the new one.
+  if (!handing_over_) {
+    if (admin_) admin_->SetDraining();
+    NotifyServiceManager("STOPPING=1");
+  }
+  // Handing over, idle keep-alive connections stay open while exchanges finish (with a shared
+  // store, for up to kHandoverIdleLingerMs more: the new gateway serves meanwhile), so that a
+  // request sent on one is answered, with Connection: close, rather than cut.
+  const int64_t linger = !handing_over_ ? -1 : store_->Shared() ? kHandoverIdleLingerMs : 0;
+  for (auto& worker : workers_) worker->Shutdown(grace, linger);
   for (auto& worker : workers_) worker->Join();
   if (admin_) admin_->Stop();  // before the store closes: /readyz probes the store
   store_->Close();             // after the loops: every queued write is finished first
+  FinishHandover();            // "closed": the gateway taking over opens the store now
   workers_.clear();
   if (access_log_) access_log_->Close();  // writes every queued line
 }
@@ -120,8 +153,8 @@ int Server::WorkerCount(const Config& config) {
 }
 
 bool Server::OpenObservability(const Config& config, std::string* error) {
-  Store* store = store_.get();
-  metrics_->SetRecordsSource([store] { return store->ApproximateRecords(); });
+  // Read at each scrape: the store opens after this (a take-over opens it last).
+  metrics_->SetRecordsSource([this] { return store_->ApproximateRecords(); });
   reload_stats_.ConfigLoaded(config_path_);
   metrics_->SetExtraSource([this] {
     return RenderProcessMetrics() + reload_stats_.Render() + server_certs_.RenderMetrics() +
@@ -139,12 +172,12 @@ bool Server::OpenObservability(const Config& config, std::string* error) {
 }
 
 bool Server::OpenTls(const Config& config, std::string* error) {
-  if (!config.listen.tls_cert.empty()) {
-    server_tls_ = MakeServerTlsContext(config.listen.tls_cert, config.listen.tls_key, error);
+  const std::vector<std::string>& certs = config.listen.certificate_files;  // cert, key, ...
+  if (certs.size() >= 2) {
+    server_tls_ = MakeServerTlsContext(certs[0], certs[1], error);
     if (!server_tls_) return false;
-    // Each handshake takes the current pair from server_certs_ (replaced on SIGHUP).
-    if (!server_certs_.Install(server_tls_.get(), config.listen.tls_cert, config.listen.tls_key,
-                               error)) {
+    // Each handshake takes its current pair from server_certs_ (by SNI; replaced on SIGHUP).
+    if (!server_certs_.Install(server_tls_.get(), certs, error)) {
       return false;
     }
     OfferAlpn(server_tls_.get(), config.listen.http2);
@@ -169,7 +202,10 @@ bool Server::StartAdmin(const Config& config, std::string* error) {
   if (config.admin.address.empty()) return true;
   admin_ = std::make_unique<AdminServer>(&gateway_, metrics_.get());
   uint16_t port = 0;
-  if (!admin_->Start(config.admin.addr, &port, error)) return false;
+  const int handed = taken_.admin_fd;  // a take-over's admin socket, when it listens on the same
+  taken_.admin_fd = -1;
+  if (!admin_->Start(config.admin.addr, &port, error, handed)) return false;
+  admin_port_ = port;
   printf("admin listening on %s:%u\n", config.admin.addr.host.c_str(), port);
   fflush(stdout);
   return true;
@@ -179,14 +215,29 @@ bool Server::StartWorkers(const Config& config, std::string* error) {
   int count = WorkerCount(config);
   CheckOpenFileLimit(config);
   uint16_t port = config.listen.addr.port;
+  // Taken over: worker i accepts from sockets i, i + count, ...; a worker left without one
+  // binds its own, which joins the same SO_REUSEPORT group.
+  std::vector<int> handed = std::move(taken_.listen_fds);
+  taken_.listen_fds.clear();
+  if (!handed.empty()) port = taken_.listen_port;
   for (int i = 0; i < count; ++i) {
     auto worker = std::make_unique<Worker>(i, &gateway_);
-    if (!worker->Init(error) || !worker->Listen(config.listen.addr, &port, error)) return false;
+    if (!worker->Init(error)) return false;
+    bool adopted = false;
+    for (size_t j = i; j < handed.size(); j += count) {
+      if (!worker->Adopt(handed[j], &port, error)) return false;
+      adopted = true;
+    }
+    if (!adopted && !worker->Listen(config.listen.addr, &port, error)) return false;
     workers_.push_back(std::move(worker));
   }
+  listen_port_ = port;
   for (auto& worker : workers_) worker->Start();
+  // Before "listening on": whoever waits for that line can take over from this gateway.
+  OpenHandoverSocket(config);
   printf("listening on %s:%u\n", config.listen.addr.host.c_str(), port);
   fflush(stdout);
+  NotifyServiceManager("READY=1");  // systemd's Type=notify: started
   LogF(LogLevel::kInfo, "main", "idemgate %s (commit %s): %d workers, upstream %s, store %s",
        GetBuildInfo().version.c_str(), GetBuildInfo().commit.c_str(), count,
        DescribeUpstream(config.upstream).c_str(), DescribeStore(config).c_str());
@@ -249,8 +300,14 @@ void Server::Reload() {
          key_error.c_str());
     return;
   }
-  // The listener's certificate and key, read again from the same files and verified first: a
-  // pair that fails refuses the whole reload (nothing changes, the running pair serves on).
+  // The upstream CA files, then the listener's certificates and keys, read again from the same
+  // files and verified first: one that fails refuses the whole reload (nothing changes).
+  if (std::string ca_error = VerifyUpstreamCas(gateway_, *gateway_.Snapshot()); !ca_error.empty()) {
+    reload_stats_.ReloadFailed();
+    LogF(LogLevel::kError, "reload",
+         "reload failed, keeping the running config and certificates: %s", ca_error.c_str());
+    return;
+  }
   std::string cert_change;
   if (server_tls_) {
     std::string detail;
@@ -267,6 +324,8 @@ void Server::Reload() {
       cert_change = "listen.tls_cert certificate replaced (" + detail + ")";
     }
   }
+  const std::string ca_change = ReloadUpstreamCas(gateway_, *gateway_.Snapshot());
+  if (!ca_change.empty()) cert_change += (cert_change.empty() ? "" : "; ") + ca_change;
   for (const std::string& key : plan.ignored) {
     LogF(LogLevel::kWarn, "reload", "%s changed; it takes effect after a restart", key.c_str());
   }

@@ -15,6 +15,7 @@
 #include "proxy/conn/unsent_budget.h"
 #include "proxy/exchange/replay_cache.h"
 #include "proxy/exchange/wait_registry.h"
+#include "proxy/handover.h"
 #include "proxy/net/tls.h"
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/admin.h"
@@ -27,6 +28,7 @@
 #include "store/clock.h"
 #include "store/sealed_store.h"
 #include "store/store.h"
+#include "store/store_factory.h"
 
 namespace idemgate {
 
@@ -40,8 +42,13 @@ void SetStopSignalsBlocked(bool blocked);
 // Runs until SIGTERM/SIGINT; then drains the workers within the grace period.
 class Server {
  public:
-  Server(std::shared_ptr<const Config> config, std::string config_path, bool accept_new_signature)
-      : config_path_(std::move(config_path)), accept_new_signature_(accept_new_signature) {
+  // `take_over`: take the listeners over from the running gateway (proxy/handover.h) instead
+  // of binding them.
+  Server(std::shared_ptr<const Config> config, std::string config_path, bool accept_new_signature,
+         bool take_over = false)
+      : config_path_(std::move(config_path)),
+        accept_new_signature_(accept_new_signature),
+        take_over_(take_over) {
     gateway_.SetConfig(config);
   }
 
@@ -53,6 +60,9 @@ class Server {
 
  private:
   static int WorkerCount(const Config& config);
+
+  // The store, its settings signature, and the replay cache over it.
+  bool OpenStoreParts(const Config& config, std::string* error);
 
   // Metrics sources and the access log, before any worker starts.
   bool OpenObservability(const Config& config, std::string* error);
@@ -81,8 +91,28 @@ class Server {
 
   static void OnStop(evutil_socket_t, short, void* arg);
 
+  // The handover (server_handover.cc). The new side: receive the listeners, and tell the old
+  // gateway to stop (with the embedded store, waiting until it has closed the store).
+  bool ReceiveListeners(const Config& config, std::string* error);
+  bool StopOldGateway(bool wait_closed, std::string* error);
+  std::unique_ptr<Store> OpenTakenOverStore(const Config& config, const StoreHooks& hooks,
+                                            std::string* error);
+  // The old side: the control socket; a peer says "take-over" (it is sent the listeners, then
+  // says "stop") or "upgrade" (`idemgate --upgrade`: a successor is started to take over).
+  void OpenHandoverSocket(const Config& config);
+  void WatchHandoverSocket(event_base* base);
+  static void OnHandoverConnect(evutil_socket_t, short, void* arg);
+  static void OnControlRead(evutil_socket_t fd, short, void* arg);
+  void OnPendingLine(const std::string& line);
+  void OfferListeners();
+  void StartSuccessor();
+  void OnTakerRead(bool stop);
+  static void OnChild(evutil_socket_t, short, void* arg);
+  void FinishHandover();  // after the drain and the store's close; frees the events
+
   std::string config_path_;
   const bool accept_new_signature_;
+  const bool take_over_;
   SystemClock clock_;
   SslCtxPtr server_tls_;             // before gateway_ and the workers: destroyed after them
   ServerCertificates server_certs_;  // the pair server_tls_'s handshakes use
@@ -101,6 +131,25 @@ class Server {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<AdminServer> admin_;
   event_base* main_base_ = nullptr;
+  uint16_t listen_port_ = 0;  // the data listeners' bound port
+  uint16_t admin_port_ = 0;
+  // The handover, new side: the connection to the old gateway, the sockets it handed over.
+  std::unique_ptr<HandoverClient> takeover_;
+  HandoverOffer taken_;
+  // The handover, old side.
+  struct ControlPeer {
+    int fd = -1;
+    EventPtr ev;
+    void Reset();  // closes the connection
+  };
+  HandoverListener handover_;
+  EventPtr handover_ev_;
+  EventPtr child_ev_;          // SIGCHLD: the successor started for an upgrade exited
+  ControlPeer pending_;        // connected, has not said what it wants yet
+  ControlPeer taker_;          // a gateway taking over: it was sent the listeners
+  ControlPeer upgrade_;        // an `idemgate --upgrade` waiting for the successor it asked for
+  pid_t successor_ = -1;       // the process started for upgrade_
+  bool handing_over_ = false;  // it said "stop": drain for it
 };
 
 }  // namespace idemgate

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -128,35 +129,49 @@ Worker::~Worker() {
   accept_pause_ = Timer();  // frees its event while the loop still exists
   grace_timer_ = Timer();
   hard_stop_timer_ = Timer();
-  listener_.reset();
+  linger_timer_ = Timer();
+  listeners_.clear();
   groups_.clear();
   upstream_.reset();
   mailbox_ev_.reset();
+  wake_ev_.reset();
   reaper_.reset();
   base_.reset();
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 bool Worker::Init(std::string* error) {
   if (gateway_->metrics && index_ < gateway_->metrics->shard_count()) {
     metrics_ = &gateway_->metrics->shard(index_);
   }
-  base_.reset(event_base_new());
-  if (!base_) {
+  // Only the loop's own thread touches this base (other threads hand work over through Post,
+  // which wakes the loop with an eventfd), so it runs without libevent's lock: no lock and
+  // unlock around every event_add, event_del and event_active of every request.
+  event_config* loop_config = event_config_new();
+  if (loop_config != nullptr) event_config_set_flag(loop_config, EVENT_BASE_FLAG_NOLOCK);
+  base_.reset(loop_config != nullptr ? event_base_new_with_config(loop_config) : nullptr);
+  if (loop_config != nullptr) event_config_free(loop_config);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (!base_ || wake_fd_ < 0) {
     *error = "cannot create an event loop";
     return false;
   }
   mailbox_ev_.reset(
       event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::DrainMailbox>, this));
+  wake_ev_.reset(event_new(base_.get(), wake_fd_, EV_READ | EV_PERSIST,
+                           &EventTrampoline<Worker, &Worker::OnWake>, this));
+  event_add(wake_ev_.get(), nullptr);
   reaper_.reset(event_new(base_.get(), -1, 0, &EventTrampoline<Worker, &Worker::Reap>, this));
   std::shared_ptr<const Config> config = gateway_->Snapshot();
   auto post = [this](std::function<void()> fn) { Post(std::move(fn)); };
+  UpstreamStats* stats = gateway_->metrics ? &gateway_->metrics->upstream_stats() : nullptr;
   upstream_ = std::make_unique<UpstreamGroup>(base_.get(), "", config->upstream,
-                                              gateway_->upstream_tls, post);
+                                              gateway_->upstream_tls, post, stats);
   if (!upstream_->Init(error)) return false;
   for (const auto& [name, group_config] : config->upstream_groups) {
     auto tls = gateway_->upstream_group_tls.find(name);
     SSL_CTX* ctx = tls == gateway_->upstream_group_tls.end() ? nullptr : tls->second;
-    auto group = std::make_unique<UpstreamGroup>(base_.get(), name, group_config, ctx, post);
+    auto group = std::make_unique<UpstreamGroup>(base_.get(), name, group_config, ctx, post, stats);
     if (!group->Init(error)) return false;
     groups_.emplace(name, std::move(group));
   }
@@ -172,22 +187,36 @@ UpstreamGroup* Worker::Group(std::string_view name) {
 bool Worker::Listen(const HostPort& addr, uint16_t* bound_port, std::string* error) {
   evutil_socket_t fd = BindSocket(addr, *bound_port, /*reuse_port=*/true, error);
   if (fd < 0) return false;
+  return Adopt(fd, bound_port, error);
+}
+
+bool Worker::Adopt(evutil_socket_t fd, uint16_t* bound_port, std::string* error) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  listener_.reset(evconnlistener_new(base_.get(), &Worker::OnAccept, this,
-                                     LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd));
-  if (!listener_) {
+  evutil_make_socket_nonblocking(fd);
+  // Backlog 0: the socket already listens, with BindSocket's 1024, which holds the connections
+  // that arrive while a handover has nobody accepting.
+  ListenerPtr listener(evconnlistener_new(base_.get(), &Worker::OnAccept, this,
+                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd));
+  if (!listener) {
     close(fd);
     *error = "cannot start the listener";
     return false;
   }
-  evconnlistener_set_error_cb(listener_.get(), &Worker::OnAcceptError);
-  accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
+  evconnlistener_set_error_cb(listener.get(), &Worker::OnAcceptError);
+  listeners_.push_back(std::move(listener));
+  listen_fds_.push_back(fd);
+  if (!accept_pause_.initialized()) {
+    accept_pause_.Init<Worker, &Worker::ResumeAccepting>(base_.get(), this);
+  }
   return true;
 }
+
+// Recorded when adopted, so that another thread reads no libevent state of this loop.
+std::vector<evutil_socket_t> Worker::ListenFds() const { return listen_fds_; }
 
 // accept() failed for a reason retrying at once cannot fix (EMFILE/ENFILE at the descriptor
 // limit, ENOBUFS, ENOMEM): the pending connection stays in the backlog and the listener would
@@ -209,7 +238,8 @@ void Worker::OnAcceptError(evconnlistener* listener, void* arg) {
 }
 
 void Worker::ResumeAccepting() {
-  if (!draining_ && listener_) evconnlistener_enable(listener_.get());
+  if (draining_) return;
+  for (ListenerPtr& listener : listeners_) evconnlistener_enable(listener.get());
 }
 
 // limits.max_connections, counted over every worker: false (and counted) past it.
@@ -225,7 +255,10 @@ bool Worker::AdmitConnection() {
 }
 
 void Worker::Start() {
-  thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+  thread_ = std::thread([this] {
+    loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
+  });
   NameThread(thread_, "idg-worker-" + std::to_string(index_));
 }
 
@@ -240,8 +273,23 @@ void Worker::Post(std::function<void()> fn) {
     was_empty = mailbox_.empty();
     mailbox_.push_back(std::move(fn));
   }
-  // Only the first post after a drain needs to wake the loop (the drain takes everything).
-  if (was_empty) event_active(mailbox_ev_.get(), 0, 0);
+  // Only the first post after a drain needs to wake the loop (the drain takes everything). The
+  // loop's own thread activates the drain directly; any other writes the eventfd (the base has
+  // no lock, so only its own thread may call event_active on it).
+  if (!was_empty) return;
+  if (std::this_thread::get_id() == loop_thread_.load(std::memory_order_relaxed)) {
+    event_active(mailbox_ev_.get(), 0, 0);
+    return;
+  }
+  const uint64_t one = 1;
+  // Fails only with EAGAIN, when the counter is full: the loop is woken already.
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+}
+
+void Worker::OnWake() {
+  uint64_t count = 0;
+  [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof(count));  // resets the counter
+  DrainMailbox();
 }
 
 void Worker::DrainMailbox() {
@@ -346,9 +394,11 @@ void Worker::RecordStoreOp(StoreOp op, int64_t micros) {
   if (metrics_) metrics_->RecordStoreOp(op, micros);
 }
 
-void Worker::RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) {
+void Worker::RecordConnectionError(ErrorCode code, Protocol protocol, std::string_view client_ip,
+                                   size_t bytes_out) {
   RequestReport report;
   report.outcome = Outcome::kRejected;
+  report.protocol = protocol;
   report.error = code;
   report.status = GetErrorInfo(code).status;
   report.client_ip = client_ip;
@@ -370,22 +420,27 @@ void Worker::Reap() {
   MaybeExit();
 }
 
-void Worker::Shutdown(int64_t grace_ms) {
-  Post([this, grace_ms] {
-    BeginDrain();
+void Worker::Shutdown(int64_t grace_ms, int64_t idle_linger_ms) {
+  Post([this, grace_ms, idle_linger_ms] {
     grace_timer_.Init<Worker, &Worker::CutAtGrace>(base_.get(), this);
     grace_timer_.Arm(grace_ms);
+    BeginDrain(idle_linger_ms);
   });
 }
 
-void Worker::BeginDrain() {
+void Worker::BeginDrain(int64_t idle_linger_ms) {
   draining_ = true;
   // Closed, not paused: a paused listener's socket would still queue new clients in its backlog,
-  // where they hang until the process exits.
-  listener_.reset();
-  std::vector<ClientConn*> conns;
-  for (auto& [raw, owned] : conns_) conns.push_back(raw);
-  for (ClientConn* conn : conns) conn->CloseWhenIdle();
+  // where they hang until the process exits. After a handover the process taking over holds
+  // the same sockets, so closing them here leaves their backlog to it.
+  listeners_.clear();
+  if (idle_linger_ms < 0) {
+    CloseIdle();
+  } else {
+    close_idle_at_us_ = MonoUs() + idle_linger_ms * 1000;
+    linger_timer_.Init<Worker, &Worker::MaybeExit>(base_.get(), this);
+    linger_timer_.Arm(idle_linger_ms);
+  }
   // W3: duplicates waiting for a first answer get their 409 now, well within the grace period.
   std::vector<Exchange*> running;
   for (auto& [raw, owned] : exchanges_) running.push_back(raw);
@@ -395,9 +450,18 @@ void Worker::BeginDrain() {
   MaybeExit();
 }
 
+// Idle connections close now; busy ones after their answer (it says Connection: close).
+void Worker::CloseIdle() {
+  idle_closed_ = true;
+  std::vector<ClientConn*> conns;
+  for (auto& [raw, owned] : conns_) conns.push_back(raw);
+  for (ClientConn* conn : conns) conn->CloseWhenIdle();
+}
+
 // The grace period is over: upstream calls still running end now and their exchanges store an
 // indeterminate answer (R4), so a retry after the restart replays it instead of executing again.
 void Worker::CutAtGrace() {
+  if (!idle_closed_) CloseIdle();
   if (!exchanges_.empty()) {
     LogF(LogLevel::kWarn, "worker", "shutdown grace over: ending %zu requests in progress",
          exchanges_.size());
@@ -424,7 +488,9 @@ void Worker::HardStop() {
 }
 
 void Worker::MaybeExit() {
-  if (draining_ && conns_.empty() && exchanges_.empty()) event_base_loopexit(base_.get(), nullptr);
+  if (!draining_ || !exchanges_.empty()) return;
+  if (!idle_closed_ && MonoUs() >= close_idle_at_us_) CloseIdle();
+  if (conns_.empty()) event_base_loopexit(base_.get(), nullptr);
 }
 
 }  // namespace idemgate

@@ -3,6 +3,7 @@
 // the mailbox through which the store's results come back to the loop.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,13 +46,22 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   bool Init(std::string* error);
   // Binds `addr` with SO_REUSEPORT (port 0 picks one); *bound_port gets the port.
   bool Listen(const HostPort& addr, uint16_t* bound_port, std::string* error);
+  // Accepts from `fd` too, a listening socket handed over by the gateway this one replaces
+  // (proxy/handover.h); the worker owns it from here on. *bound_port gets its port.
+  bool Adopt(evutil_socket_t fd, uint16_t* bound_port, std::string* error);
+  // Its listening sockets, for a handover (they stay open; the loop thread may be running).
+  std::vector<evutil_socket_t> ListenFds() const;
   void Start();  // runs the loop on its own thread
   void Join();
 
   // Thread-safe: stop accepting (the listener closes), finish what is in flight, then leave the
   // loop. At `grace_ms` upstream calls still running are cut (their exchanges store an
   // indeterminate answer, R4); store operations get a little longer; then the loop is left.
-  void Shutdown(int64_t grace_ms);
+  // Idle keep-alive connections are closed at once, or with `idle_linger_ms` >= 0 (a handover:
+  // the listeners serve on in another process) only once no exchange runs here and that long
+  // has passed: meanwhile a request on one is answered with Connection: close, instead of
+  // racing the close (the client would have to resend it).
+  void Shutdown(int64_t grace_ms, int64_t idle_linger_ms = -1);
 
   // ExchangeEnv and ClientEnv (Post is thread-safe; the rest runs on the loop).
   void Post(std::function<void()> fn) override;
@@ -76,7 +86,8 @@ class Worker final : public ExchangeEnv, public ClientEnv {
                         const std::string& client_ip, bool tls) override;
   StreamCall* SendStream(std::string head, bool head_request, const UpstreamLimits& limits,
                          StreamReceiver* receiver, UpstreamCallback done) override;
-  void RecordConnectionError(ErrorCode code, std::string_view client_ip, size_t bytes_out) override;
+  void RecordConnectionError(ErrorCode code, Protocol protocol, std::string_view client_ip,
+                             size_t bytes_out) override;
   void RecordAnswerDropped() override;
   void ConnectionClosed(ClientConn* conn, CloseReason reason) override;
 
@@ -94,8 +105,10 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   void ResumeAccepting();
   bool AdmitConnection();
   void DrainMailbox();
+  void OnWake();  // another thread posted: the eventfd is readable
   void Reap();
-  void BeginDrain();
+  void BeginDrain(int64_t idle_linger_ms);
+  void CloseIdle();
   void CutAtGrace();
   void HardStop();
   void MaybeExit();
@@ -104,11 +117,15 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   Gateway* gateway_;
   MetricsShard* metrics_ = nullptr;  // this worker's shard of gateway_->metrics
   EventBasePtr base_;
-  EventPtr mailbox_ev_;
+  EventPtr mailbox_ev_;  // activated by the loop's own thread (Post from within the loop)
+  EventPtr wake_ev_;     // reads wake_fd_, written by Post from any other thread
+  int wake_fd_ = -1;
+  std::atomic<std::thread::id> loop_thread_{};
   EventPtr reaper_;
   Timer grace_timer_;
   Timer hard_stop_timer_;
-  ListenerPtr listener_;
+  std::vector<ListenerPtr> listeners_;  // usually one; more after a take-over from more workers
+  std::vector<evutil_socket_t> listen_fds_;  // theirs, for ListenFds (set before Start)
   Timer accept_pause_;             // re-enables the listener after an accept() error
   int64_t accept_backoff_ms_ = 0;  // the next pause; grows while accept() keeps failing
   std::unique_ptr<UpstreamGroup> upstream_;  // the default group, [upstream]
@@ -124,6 +141,9 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   std::vector<std::unique_ptr<Exchange>> dead_exchanges_;
   std::string access_line_;  // reused for each access-log line (no allocation per line)
   bool draining_ = false;
+  bool idle_closed_ = false;      // draining, and the idle connections were told to close
+  int64_t close_idle_at_us_ = 0;  // MonoUs() from which the idle connections may be closed
+  Timer linger_timer_;
 };
 
 }  // namespace idemgate

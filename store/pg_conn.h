@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "store/pg_sql.h"
 #include "store/store.h"
@@ -29,6 +30,7 @@ enum class OpKind {
   kPutMeta,
   kTakeover,      // a claim that found an expired lease: idemgate_take_over (SPEC §12 A3)
   kFenceCleanup,  // fence marks of records that are gone
+  kKeyHash,       // the admin's lookup by key_hash
 };
 
 // One statement and what to do with its result.
@@ -41,6 +43,7 @@ struct Op {
   StatusCallback status_done;
   std::function<void(LookupResult)> lookup_done;
   std::function<void(StoreStatus, std::optional<std::string>)> meta_done;
+  std::function<void(StoreStatus, std::vector<KeyHashMatch>)> key_hash_done;
   Fingerprint fingerprint{};  // kClaim
   uint64_t owner = 0;         // kClaim
   std::string record_key;     // kClaim

@@ -104,6 +104,13 @@ const char* const kPutMetaSql =
     "INSERT INTO idemgate_meta (name, value) VALUES ($1, $2)"
     " ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value";
 
+// IDEMGATE_PG_KEY_HASH is the index's expression, word for word, so the planner uses it.
+const char* const kKeyHashSql =
+    "SELECT " IDEMGATE_PG_ROW("r") ", n.now, r.scope_id, r.idem_key FROM idemgate_records r,"
+    " (SELECT " IDEMGATE_PG_NOW("$3") " AS now) n"
+    " WHERE " IDEMGATE_PG_KEY_HASH("r.") " = decode($1, 'hex') AND r.expires_ms > n.now"
+    " LIMIT $2";
+
 const char* const kCountSql =
     "SELECT greatest(reltuples, 0)::int8 FROM pg_class WHERE oid = 'idemgate_records'::regclass";
 
@@ -122,13 +129,14 @@ const std::vector<Statement>& Statements() {
       {kPutMetaSql, {kBytea, kBytea}},
       {kTakeoverSql, {kBytea, kBytea, kBytea, kInt8, kInt8, kInt8, kInt8}},
       {kFenceCleanupSql, {kInt8}},
+      {kKeyHashSql, {25, kInt8, kInt8}},  // 25: text
   };
   return all;
 }
 
 const char* PreparedName(const char* sql) {
-  static const char* const kNames[] = {"s0", "s1", "s2", "s3", "s4",  "s5",
-                                       "s6", "s7", "s8", "s9", "s10", "s11"};
+  static const char* const kNames[] = {"s0", "s1", "s2", "s3",  "s4",  "s5", "s6",
+                                       "s7", "s8", "s9", "s10", "s11", "s12"};
   const std::vector<Statement>& all = Statements();
   for (size_t i = 0; i < all.size(); ++i) {
     if (all[i].sql == sql) return kNames[i];

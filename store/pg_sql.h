@@ -55,6 +55,12 @@ extern const char* const kCountSql;
 // $1 name. / $1 name, $2 value. The start-up settings signature (Store::GetMeta/PutMeta).
 extern const char* const kGetMetaSql;
 extern const char* const kPutMetaSql;
+// $1 key_hash (16 hex digits, text), $2 limit, $3 clock offset ms. Support's lookup by the
+// access log's key_hash: live rows whose SHA-256(scope || key) starts with those 8 bytes, each
+// row's columns (DecodeRow) then scope_id and idem_key. The index on IDEMGATE_PG_KEY_HASH
+// (pg_schema.cc builds it at start-up) makes it an index read.
+extern const char* const kKeyHashSql;
+#define IDEMGATE_PG_KEY_HASH(t) "substr(sha256(" t "scope_id || " t "idem_key), 1, 8)"
 
 // Every statement above, prepared on each connection as "s<index>" before it takes work.
 struct Statement {

@@ -36,6 +36,8 @@ void FailOp(Op& op, StoreStatus status) {
     op.lookup_done(std::move(r));
   } else if (op.meta_done) {
     op.meta_done(std::move(status), std::nullopt);
+  } else if (op.key_hash_done) {
+    op.key_hash_done(std::move(status), {});
   }
 }
 

@@ -138,6 +138,29 @@ class PgStore final : public Store, public pg::ConnListener {
     return Meta(pg::kPutMetaSql, name, value, nullptr);
   }
 
+  // The admin thread only: blocks until the database answered (an index read, kKeyHashSql).
+  StoreStatus FindByKeyHash(std::string_view key_hash, size_t limit,
+                            std::vector<KeyHashMatch>* out) override {
+    if (key_hash.size() != 16 ||
+        key_hash.find_first_not_of("0123456789abcdefABCDEF") != std::string_view::npos) {
+      return Error(StoreCode::kIoError, "key_hash must be 16 hex digits");
+    }
+    auto op = std::make_unique<Op>();
+    op->kind = OpKind::kKeyHash;
+    op->sql = pg::kKeyHashSql;
+    op->params.Text(key_hash);
+    op->params.Int(static_cast<int64_t>(limit));
+    op->params.Int(Offset());
+    std::promise<StoreStatus> p;
+    std::future<StoreStatus> f = p.get_future();
+    op->key_hash_done = [&p, out](StoreStatus s, std::vector<KeyHashMatch> matches) {
+      *out = std::move(matches);
+      p.set_value(std::move(s));
+    };
+    Submit(std::move(op));
+    return f.get();
+  }
+
   uint64_t ApproximateRecords() override { return records_.load(); }
   bool Shared() const override { return true; }
 
@@ -280,6 +303,7 @@ class PgStore final : public Store, public pg::ConnListener {
   }
 
   void Deliver(Op& op, PGresult* res);
+  void DeliverKeyHash(Op& op, PGresult* res);
   bool Redirect(std::unique_ptr<Op>& op, PGresult* res);  // pg_store_loop.cc
   void Pump();
   void Run();

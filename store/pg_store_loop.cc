@@ -4,6 +4,7 @@
 // and each statement's result turned into the caller's answer.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "store/pg_store_impl.h"
 
@@ -197,9 +198,30 @@ void PgStore::Deliver(Op& op, PGresult* res) {
       }
       return op.lookup_done(std::move(r));
     }
+    case OpKind::kKeyHash:
+      return DeliverKeyHash(op, res);
     default:
       return;
   }
+}
+
+void PgStore::DeliverKeyHash(Op& op, PGresult* res) {
+  std::vector<KeyHashMatch> matches;
+  if (PQnfields(res) != 15) {
+    return op.key_hash_done(Error(StoreCode::kCorruption, "the lookup returned other columns"), {});
+  }
+  for (int row = 0; row < PQntuples(res); ++row) {
+    KeyHashMatch m;
+    TimeMs now = 0;
+    std::string_view scope(PQgetvalue(res, row, 13), PQgetlength(res, row, 13));
+    if (!pg::DecodeRow(res, row, &m.record, &now) || scope.size() != m.scope.size()) {
+      return op.key_hash_done(Error(StoreCode::kCorruption, "a record's row does not read"), {});
+    }
+    std::memcpy(m.scope.data(), scope.data(), scope.size());
+    m.key.assign(PQgetvalue(res, row, 14), PQgetlength(res, row, 14));
+    matches.push_back(std::move(m));
+  }
+  op.key_hash_done(StoreStatus{}, std::move(matches));
 }
 
 }  // namespace idemgate::pg

@@ -88,9 +88,14 @@ def main():
             cfg = os.path.join(work, f"gw{port}.toml")
             gateway_config(cfg, port, up, pg.dsn())
             procs.append(subprocess.Popen([o.bin, "--config", cfg], stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL))
+                                          stderr=open(cfg + ".log", "w")))
         for port, proc in zip((demo_off, demo_on, gw_off, gw_on), procs):
-            wait_port(port, proc)
+            try:
+                wait_port(port, proc)
+            except RuntimeError:
+                for log in sorted(f for f in os.listdir(work) if f.endswith(".log")):
+                    sys.stderr.write(open(os.path.join(work, log)).read())
+                raise
         round_(gw_off, "warm-off", 2, o.threads)
         round_(gw_on, "warm-on", 2, o.threads)
         res = {"off": [], "on": []}

@@ -25,9 +25,9 @@ constexpr unsigned char kTlsHandshakeRecord = 0x16;  // the first byte of every 
 }  // namespace
 
 ClientConn::ClientConn(ClientEnv* env, evutil_socket_t fd, std::string peer_ip, SSL* tls)
-    : env_(env), peer_ip_(std::move(peer_ip)), relay_(env, this, peer_ip_), tls_(tls != nullptr) {
+    : env_(env), peer_ip_(std::move(peer_ip)), relay_(env, this, client_ip_), tls_(tls != nullptr) {
+  fd_ = fd;
   if (tls != nullptr) {
-    fd_ = fd;
     pending_tls_ = tls;
   } else {
     bev_.reset(bufferevent_socket_new(env->base(), fd, BEV_OPT_CLOSE_ON_FREE));
@@ -44,10 +44,15 @@ ClientConn::~ClientConn() {
 }
 
 void ClientConn::Start() {
+  if (env_->Snapshot()->listen.proxy_protocol) return AwaitProxyHeader();
+  StartTransport();
+}
+
+void ClientConn::StartTransport() {
   if (pending_tls_ == nullptr) return StartStream(true);
   // A TLS port: wait for the first byte (within the idle timeout) to tell a ClientHello from
   // plain HTTP, which gets a readable 400 instead of a failed handshake (as nginx does).
-  timer_.Init<ClientConn, &ClientConn::OnTimer>(env_->base(), this);
+  if (!timer_.initialized()) timer_.Init<ClientConn, &ClientConn::OnTimer>(env_->base(), this);
   sniff_.reset(event_new(env_->base(), fd_, EV_READ,
                          &EventTrampoline<ClientConn, &ClientConn::OnFirstBytes>, this));
   event_add(sniff_.get(), nullptr);
@@ -93,11 +98,11 @@ void ClientConn::StartStream(bool serve) {
 
 void ClientConn::ReadCb(bufferevent*, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
-  if (self->h2_) return self->h2_->OnRead();
   if (self->state_ == State::kLingering) {
     evbuffer_drain(bufferevent_get_input(self->bev_.get()), SIZE_MAX);
     return;
   }
+  if (self->h2_) return self->h2_->OnRead();
   if (self->state_ == State::kIdle && !self->parser_->started() && self->TryHttp2()) return;
   // New bytes on an idle connection begin a request: it gets the limits in force now (a
   // reload may have come while the connection sat idle). BeginIdle refreshed them already for
@@ -116,7 +121,9 @@ void ClientConn::EventCb(bufferevent*, short what, void* arg) {
   auto* self = static_cast<ClientConn*>(arg);
   if (what & BEV_EVENT_CONNECTED) return;  // the TLS handshake finished
   if (self->h2_) {
+    const bool lingering = self->state_ == State::kLingering;  // after GOAWAY: the client left
     return self->Close((what & BEV_EVENT_ERROR) ? CloseReason::kSocketError
+                       : lingering              ? CloseReason::kAfterAnswer
                                                 : CloseReason::kClientClosed);
   }
   if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
@@ -225,7 +232,8 @@ void ClientConn::StartExchange() {
   std::shared_ptr<const Config> config = env_->Snapshot();
   if (config == parser_config_ && route_ != nullptr) config = route_;
   route_ = nullptr;
-  exchange_ = env_->NewExchange(this, std::move(config), std::move(request), peer_ip_, tls_);
+  client_ip_ = BelievedClient(peer_ip_, config->listen.trusted, &request);
+  exchange_ = env_->NewExchange(this, std::move(config), std::move(request), client_ip_, tls_);
   exchange_->Start();  // may answer at once (SendResponse)
 }
 
@@ -321,7 +329,8 @@ void ClientConn::RespondError(ErrorCode code, const std::string& detail) {
   timer_.Cancel();
   std::string bytes =
       SerializeResponse(MakeErrorResponse(code, detail), false, ConnectionHeader::kClose, false);
-  env_->RecordConnectionError(code, peer_ip_, bytes.size());
+  env_->RecordConnectionError(code, http10_ ? Protocol::kHttp10 : Protocol::kHttp11, peer_ip_,
+                              bytes.size());
   state_ = State::kClosing;
   bufferevent_write(bev_.get(), bytes.data(), bytes.size());
 }
@@ -357,8 +366,12 @@ bool ClientConn::TryHttp2() {
   if (preface == H2Preface::kMaybe) return true;
   timer_.Cancel();
   state_ = State::kHttp2;
-  h2_ = std::make_unique<H2Conn>(env_, bev_.get(), peer_ip_, tls_,
-                                 [this](CloseReason reason) { Close(reason); });
+  h2_ = std::make_unique<H2Conn>(env_, bev_.get(), peer_ip_, tls_, [this](CloseReason reason) {
+    // Ended by GOAWAY: linger as after an HTTP/1.1 answer, so the client reads the GOAWAY
+    // rather than the reset its unread bytes (a flood's, say) would cause.
+    if (reason == CloseReason::kAfterAnswer && !closed_) return BeginLinger();
+    Close(reason);
+  });
   h2_->Start();
   return true;
 }

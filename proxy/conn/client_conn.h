@@ -20,6 +20,7 @@
 #include "proxy/http/http_parser.h"
 #include "proxy/net/event_util.h"
 #include "proxy/policy/errors.h"
+#include "proxy/policy/forwarded.h"
 #include "proxy/upstream/upstream.h"
 
 namespace idemgate {
@@ -66,6 +67,9 @@ class ClientConn final : public StreamSink {
     kHttp2,      // the client sent the HTTP/2 preface: h2_ serves the connection
   };
 
+  void StartTransport();  // TLS (after its first byte) or plain, once any PROXY header is read
+  void AwaitProxyHeader();
+  void OnProxyBytes();  // client_proxy_header.cc
   static void ReadCb(bufferevent*, void* arg);
   static void WriteCb(bufferevent*, void* arg);
   static void EventCb(bufferevent*, short what, void* arg);
@@ -100,7 +104,9 @@ class ClientConn final : public StreamSink {
   evutil_socket_t fd_ = -1;
   SSL* pending_tls_ = nullptr;  // owned until bev_ takes it
   EventPtr sniff_;              // waits for the first byte on a TLS port
-  std::string peer_ip_;
+  std::string peer_ip_;         // the TCP peer, or the client a PROXY header named
+  std::string client_ip_;       // this request's client (listen.trusted_proxies: X-Forwarded-For)
+  std::string proxy_head_;      // a PROXY header's bytes read so far
   std::unique_ptr<RequestParser> parser_;
   std::shared_ptr<const Config> parser_config_;  // the config the parser's limits came from
   std::shared_ptr<const Config> route_;          // a guarded request's route under it (DecideBody)

@@ -53,7 +53,7 @@ class ClientEnv {
   virtual void RecordExchange(const ExchangeSample& sample, const AccessEntry* entry) = 0;
   // An error the connection answered itself, before any exchange existed (malformed request,
   // too large, client timeout): counted as rejected and written to the access log.
-  virtual void RecordConnectionError(ErrorCode code, std::string_view client_ip,
+  virtual void RecordConnectionError(ErrorCode code, Protocol protocol, std::string_view client_ip,
                                      size_t bytes_out) = 0;
   // An answer not queued because of limits.max_unsent_bytes (its connection is closed).
   virtual void RecordAnswerDropped() = 0;

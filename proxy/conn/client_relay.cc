@@ -67,6 +67,7 @@ void ClientConn::StartRelay(const Config& config) {
   timer_.Cancel();  // from here the upstream call's timeouts apply
   state_ = State::kRelaying;
   Request& head = parser_->mutable_request();  // dropped with the parser's next request
+  client_ip_ = BelievedClient(peer_ip_, config.listen.trusted, &head);
   relay_out_.clear();
   relay_framing_ = BodyFraming::kNone;
   write_low_set_ = false;

@@ -10,6 +10,7 @@
 
 #include "proxy/conn/h2_relay.h"
 #include "proxy/exchange/exchange.h"
+#include "proxy/policy/forwarded.h"
 #include "proxy/policy/guard.h"
 #include "proxy/policy/routes.h"
 
@@ -146,15 +147,17 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_strea
     plan.mode = H2BodyPlan::Mode::kStream;
     stream->request_done = true;  // from here the upstream call's timeouts apply
     stream->answered = true;      // the relay answers
+    Request relayed = head;
+    std::string client = BelievedClient(peer_ip_, stream->route->listen.trusted, &relayed);
     stream->relay = std::make_unique<H2Relay>(
         env_, &session_,
         [this] {
           if (!in_session_) Flush();
         },
-        id, peer_ip_, tls_);
+        id, std::move(client), tls_);
     H2Relay* relay = stream->relay.get();
     streams_[id] = std::move(stream);
-    relay->Start(head, end_stream, *streams_[id]->route);
+    relay->Start(std::move(relayed), end_stream, *streams_[id]->route);
     return plan;
   }
   deadlines_.emplace_back(env_->MonoUs() / 1000 + config_->limits.client_timeout_ms, id);
@@ -169,7 +172,8 @@ void H2Conn::OnRequest(int32_t id, Request request) {
   Stream* s = it->second.get();
   s->request_done = true;
   if (s->answered) return;  // refused at its head
-  s->exchange = env_->NewExchange(s, s->route, std::move(request), peer_ip_, tls_);
+  const std::string client = BelievedClient(peer_ip_, s->route->listen.trusted, &request);
+  s->exchange = env_->NewExchange(s, s->route, std::move(request), client, tls_);
   s->exchange->Start();  // may answer at once (Stream::SendResponse)
 }
 
@@ -202,7 +206,7 @@ void H2Conn::OnRequestRejected(int32_t id, ErrorCode code, const std::string& de
 // The gateway's own answer on a stream that has no exchange (refused, or too slow to arrive).
 void H2Conn::SubmitError(int32_t id, ErrorCode code, const std::string& detail) {
   auto error = std::make_shared<const StoredResponse>(MakeErrorResponse(code, detail));
-  env_->RecordConnectionError(code, peer_ip_, error->body.size());
+  env_->RecordConnectionError(code, Protocol::kHttp2, peer_ip_, error->body.size());
   bool send_body = false;
   H2Fields fields = H2AnswerFields(*error, false, {}, false, {}, &send_body);
   session_.SubmitResponse(id, std::move(fields), error, send_body);
@@ -240,13 +244,18 @@ void H2Conn::Answer(Stream* s, std::shared_ptr<const StoredResponse> response, b
 }
 
 void H2Conn::Flush() {
-  if (closed_) return;
+  // A relay that resumes inside PullOutput (OnResponseDrained) flushes again: this loop, already
+  // running, takes what it queued.
+  if (closed_ || flushing_) return;
   evbuffer* out = bufferevent_get_output(bev_);
+  flushing_ = true;
   while (evbuffer_get_length(out) < kWriteHigh) {
     const std::string_view piece = session_.PullOutput();
     if (piece.empty()) break;
     evbuffer_add(out, piece.data(), piece.size());
   }
+  flushing_ = false;
+  if (closed_) return;
   if (!session_.Finished()) return;
   // Finished with output still wanted: a client flooding without reading; no point waiting.
   if (session_.WantsWrite()) return CloseNow(CloseReason::kSocketError);

@@ -83,6 +83,7 @@ class H2Conn final : public H2SessionHandler {
   Timer idle_timer_;
   Timer request_timer_;
   bool in_session_ = false;  // inside session_.Receive: its callbacks must not pull output
+  bool flushing_ = false;    // inside Flush: a nested Flush leaves the output to it
   bool closed_ = false;
 };
 

@@ -26,7 +26,7 @@ ErrorCode ErrorFor(UpstreamError error) {
 }
 }  // namespace
 
-PassthroughRelay::PassthroughRelay(ClientEnv* env, StreamSink* sink, std::string_view client_ip)
+PassthroughRelay::PassthroughRelay(ClientEnv* env, StreamSink* sink, const std::string& client_ip)
     : env_(env), sink_(sink), client_ip_(client_ip) {}
 
 PassthroughRelay::~PassthroughRelay() {
@@ -48,6 +48,7 @@ void PassthroughRelay::Begin(Request& head, const Config& config, bool tls) {
   head_request_ = head.method == "HEAD";
   request_id_ = AssignRequestId(&head);
   method_ = head.method;
+  protocol_ = ProtocolOf(head.http_major, head.http_minor);
   path_ = std::string(head.Path());
   limits_ = UpstreamLimits{};
   limits_.connect_timeout_ms = config.upstream.connect_timeout_ms;
@@ -121,8 +122,8 @@ void PassthroughRelay::PauseResponse(bool paused) {
 void PassthroughRelay::OnResponseHead(Response head) {
   upstream_status_ = head.status;
   status_ = head.status;
-  StoredResponse stored = ToStoredResponse(head, head_request_, AnswerUse::kRelayed);
   const int64_t length = head.content_length >= 0 && !head.chunked ? head.content_length : -1;
+  StoredResponse stored = ToStoredResponse(std::move(head), head_request_, AnswerUse::kRelayed);
   head_sent_ = true;
   sink_->SendHead(stored, length, request_id_, request_done_);
 }
@@ -188,6 +189,7 @@ void PassthroughRelay::Record(bool client_closed) {
   recorded_ = true;
   RequestReport report;
   report.outcome = Outcome::kPassthrough;
+  report.protocol = protocol_;
   report.error = error_;
   report.status = status_;
   report.upstream_status = upstream_status_;

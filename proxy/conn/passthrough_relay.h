@@ -13,6 +13,7 @@
 
 #include "conf/config.h"
 #include "proxy/conn/client_env.h"
+#include "proxy/exchange/report_types.h"
 #include "proxy/exchange/response_sink.h"
 #include "proxy/http/http_message.h"
 #include "proxy/policy/errors.h"
@@ -28,7 +29,7 @@ inline constexpr size_t kRelayLow = 64 << 10;
 class PassthroughRelay final : public StreamReceiver {
  public:
   // `client_ip` must outlive the relay (the connection's).
-  PassthroughRelay(ClientEnv* env, StreamSink* sink, std::string_view client_ip);
+  PassthroughRelay(ClientEnv* env, StreamSink* sink, const std::string& client_ip);
   ~PassthroughRelay() override;
   PassthroughRelay(const PassthroughRelay&) = delete;
   PassthroughRelay& operator=(const PassthroughRelay&) = delete;
@@ -71,7 +72,7 @@ class PassthroughRelay final : public StreamReceiver {
 
   ClientEnv* env_;
   StreamSink* sink_;
-  std::string_view client_ip_;
+  const std::string& client_ip_;  // the connection's, set for each request before Begin
   StreamCall* call_ = nullptr;  // until the upstream call ends
   bool call_started_ = false;   // before: the head and the body read so far wait in `up_`
   std::string up_;              // the request's head (and body) not yet handed to the call
@@ -83,6 +84,7 @@ class PassthroughRelay final : public StreamReceiver {
   bool client_paused_ = false;    // reading from the client stopped: the upstream is behind
   bool upstream_paused_ = false;  // reading from the upstream stopped: the client is behind
   bool recorded_ = true;          // counted and logged (nothing to count before Begin)
+  Protocol protocol_ = Protocol::kHttp11;
   std::string method_, path_, request_id_, error_detail_;
   int status_ = 0;
   int upstream_status_ = 0;

@@ -217,6 +217,8 @@ void Exchange::Claim() {
   claim.ttl_ms = config_->idempotency.ttl_ms;
   int64_t start = env_->MonoUs();
   claim_sent_us_ = start;
+  if (!claim_timer_) claim_timer_ = env_->NewTimer([this] { OnClaimTimeout(); });
+  claim_timer_->Arm(config_->store.confirm_timeout_ms);
   env_->store().Claim(std::move(claim), [this, start](ClaimResult result) {
     OnLoop([this, start, result = std::move(result)]() mutable {
       env_->RecordStoreOp(StoreOp::kClaim, env_->MonoUs() - start);
@@ -226,6 +228,7 @@ void Exchange::Claim() {
 }
 
 void Exchange::OnClaim(ClaimResult result) {
+  claim_timer_->Cancel();
   if (!result.status.ok()) {
     outcome_ = Outcome::kRejected;
     error_detail_ = result.status.message;
@@ -309,7 +312,7 @@ void Exchange::OnUpstream(UpstreamResult result) {
   StoredResponse response;
   switch (result.error) {
     case UpstreamError::kNone:
-      response = ToStoredResponse(result.response, request_.method == "HEAD");
+      response = ToStoredResponse(std::move(result.response), request_.method == "HEAD");
       break;
     case UpstreamError::kUnavailable:  // nothing went upstream: nothing to store (R3)
       // Say why (refused, DNS, TLS verification, timeout): the client only sees a 502.
@@ -374,6 +377,14 @@ void Exchange::CompleteWith(StoredResponse response) {
 void Exchange::SendComplete() {
   SetPhase(Phase::kCompleting);
   int64_t start = env_->MonoUs();
+  if (complete_deadline_us_ > 0 && !answered_) {  // an attempt's own result (not RefuseTakeover's)
+    // The lease's end (the deadline plus its margin), then store.confirm_timeout more: a store
+    // that is only slow (a stalled disk) still confirms, and its answer is the one sent.
+    const int64_t overdue_us = complete_deadline_us_ + LeaseMarginMs() * 1000 +
+                               config_->store.confirm_timeout_ms * 1000;
+    if (!complete_timer_) complete_timer_ = env_->NewTimer([this] { OnCompleteOverdue(); });
+    complete_timer_->Arm(std::max<int64_t>(0, (overdue_us - start) / 1000));
+  }
   env_->store().Complete(token_, pending_, [this, start](StoreStatus status) {
     OnLoop([this, start, status = std::move(status)]() {
       env_->RecordStoreOp(StoreOp::kComplete, env_->MonoUs() - start);
@@ -383,6 +394,7 @@ void Exchange::SendComplete() {
 }
 
 void Exchange::OnComplete(const StoreStatus& status) {
+  if (complete_timer_) complete_timer_->Cancel();
   if (status.ok()) {
     NotifyWaiters();  // W2: durable now; every waiter replays it
     return Respond(std::move(pending_), false);
@@ -408,9 +420,7 @@ void Exchange::OnComplete(const StoreStatus& status) {
   IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
                        "result of an executed request could not be stored: %s (request_id=%s)",
                        status.message.c_str(), request_id_.c_str());
-  RespondError(ErrorCode::kUpstreamFailed,
-               "The request was forwarded upstream, but its result could not be recorded; its "
-               "outcome is unknown.");
+  RespondError(ErrorCode::kUpstreamFailed, std::string(kNotRecordedDetail));
 }
 
 void Exchange::Release(ErrorCode code, std::string detail) {
@@ -497,6 +507,7 @@ void Exchange::RecordFinished() {
   }
   RequestReport report;
   report.outcome = outcome_;
+  report.protocol = ProtocolOf(request_.http_major, request_.http_minor);
   report.error = error_;
   report.status = status_;
   report.upstream_status = upstream_status_;

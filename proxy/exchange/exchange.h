@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "proxy/exchange/exchange_env.h"
 #include "proxy/exchange/report_types.h"
@@ -38,6 +39,11 @@ const char* PhaseName(Phase phase);
 
 // RFC 7240: the seconds of a `Prefer: wait=N` among the request's headers; -1 when absent.
 int64_t ParsePreferWait(const Headers& headers);
+
+// The 502's detail when an executed request's result could not be made durable (R4).
+inline constexpr std::string_view kNotRecordedDetail =
+    "The request was forwarded upstream, but its result could not be recorded; its outcome is "
+    "unknown.";
 
 class Exchange {
  public:
@@ -79,6 +85,13 @@ class Exchange {
   bool AnswerFromRecord(Record record, TimeMs now_ms);
   void Claim();
   void OnClaim(ClaimResult result);
+  // store.confirm_timeout passed with the claim unconfirmed: 503 now (R3b); the claim lands later.
+  void OnClaimTimeout();
+  // store.confirm_timeout past the lease with the completion unconfirmed: 502, outcome unknown.
+  void OnCompleteOverdue();
+  // Answers before the exchange's end (AnswerNow, the two above): what is outstanding still
+  // finishes into this object, and nothing goes upstream after it.
+  void AnswerEarly(ErrorCode code, std::string detail, std::string_view body_detail);
   void Forward();
   bool OwnsClaim() const {
     return outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover ||
@@ -141,6 +154,8 @@ class Exchange {
   int64_t claim_sent_us_ = 0;
   int64_t complete_backoff_ms_ = 50;
   std::unique_ptr<LoopTimer> retry_timer_;
+  std::unique_ptr<LoopTimer> claim_timer_;     // store.confirm_timeout, armed while kClaiming
+  std::unique_ptr<LoopTimer> complete_timer_;  // the lease + confirm_timeout, while kCompleting
   bool shutting_down_ = false;
   Outcome outcome_ = Outcome::kPassthrough;
   int status_ = 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "common/log.h"
 #include "conf/config.h"
 #include "proxy/exchange/answer_estimate.h"
 #include "proxy/exchange/exchange.h"
@@ -206,11 +207,42 @@ void Exchange::OnShutdown() {
 
 void Exchange::AnswerNow() {
   if (answered_) return;
+  AnswerEarly(ErrorCode::kStoreUnavailable,
+              std::string("the gateway stopped while ") + PhaseName(phase_), {});
+}
+
+// The claim is never cancelled (SPEC M5): if the store confirms it later, OnClaim sees the
+// answer given and releases the key, so nothing goes upstream for a client told 503.
+void Exchange::OnClaimTimeout() {
+  if (phase_ != Phase::kClaiming || answered_) return;
+  const int64_t waited_ms = (env_->MonoUs() - claim_sent_us_) / 1000;
+  const std::string detail = "the store has not confirmed the claim after " +
+                             std::to_string(waited_ms) + " ms; nothing went upstream";
+  IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "store", "claim unconfirmed after %lld ms: answered 503",
+                       static_cast<long long>(waited_ms));
+  AnswerEarly(ErrorCode::kStoreUnavailable, detail, detail);
+}
+
+// A store that neither confirms nor fails the completion (a primary waiting for a synchronous
+// standby that is gone) would keep the client waiting as long: store.confirm_timeout past the
+// lease's end (when a retry may already take the key over), the client is told the outcome is
+// unknown. The completion is
+// not cancelled (M5); if it lands, a retry replays it.
+void Exchange::OnCompleteOverdue() {
+  if (phase_ != Phase::kCompleting || answered_) return;
+  IDEMGATE_LOG_LIMITED(LogLevel::kError, "exchange",
+                       "result of an executed request still unconfirmed by the store after the "
+                       "lease's end and store.confirm_timeout (request_id=%s)",
+                       request_id_.c_str());
+  AnswerEarly(ErrorCode::kUpstreamFailed, "the store has not confirmed the completion",
+              kNotRecordedDetail);
+}
+
+void Exchange::AnswerEarly(ErrorCode code, std::string detail, std::string_view body_detail) {
   outcome_ = OwnsClaim() ? outcome_ : Outcome::kRejected;
-  error_ = ErrorCode::kStoreUnavailable;
-  error_detail_ = std::string("the gateway stopped while ") + PhaseName(phase_);
-  auto response =
-      std::make_shared<const StoredResponse>(MakeErrorResponse(ErrorCode::kStoreUnavailable));
+  error_ = code;
+  error_detail_ = std::move(detail);
+  auto response = std::make_shared<const StoredResponse>(MakeErrorResponse(code, body_detail));
   status_ = response->status;
   bytes_out_ = response->body.size();
   answered_ = true;

@@ -6,9 +6,26 @@
 
 namespace idemgate {
 
+const char* ProtocolName(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::kHttp10:
+      return "HTTP/1.0";
+    case Protocol::kHttp2:
+      return "HTTP/2";
+    default:
+      return "HTTP/1.1";
+  }
+}
+
+Protocol ProtocolOf(int http_major, int http_minor) {
+  if (http_major >= 2) return Protocol::kHttp2;
+  return http_minor == 0 ? Protocol::kHttp10 : Protocol::kHttp11;
+}
+
 ExchangeSample SampleOf(const RequestReport& report) {
   ExchangeSample sample;
   sample.outcome = report.outcome;
+  sample.protocol = report.protocol;
   sample.error = report.error;
   sample.upstream_status = report.upstream_status;
   sample.upstream_error = report.upstream_error;
@@ -24,6 +41,7 @@ AccessEntry AccessEntryOf(const RequestReport& report) {
   entry.time = std::chrono::system_clock::now();
   entry.method = report.method;
   entry.path = report.path;
+  entry.protocol = ProtocolName(report.protocol);
   entry.client_ip = report.client_ip;
   entry.request_id = report.request_id;
   entry.status = report.status;

@@ -15,9 +15,10 @@ namespace idemgate {
 
 struct RequestReport {
   Outcome outcome = Outcome::kPassthrough;
-  std::optional<ErrorCode> error;  // the gateway's own error answer, if any
-  int status = 0;                  // what the client was answered
-  int upstream_status = 0;         // 0: no upstream response
+  Protocol protocol = Protocol::kHttp11;  // what the client spoke
+  std::optional<ErrorCode> error;         // the gateway's own error answer, if any
+  int status = 0;                         // what the client was answered
+  int upstream_status = 0;                // 0: no upstream response
   std::optional<UpstreamError> upstream_error;
   int64_t total_us = 0;
   int64_t upstream_us = -1;           // -1: nothing went upstream

@@ -29,6 +29,13 @@ enum class Outcome {
 };
 const char* OutcomeName(Outcome outcome);
 
+// The protocol a client's request came in (SPEC §14), for the access log and metrics.
+enum class Protocol { kHttp10, kHttp11, kHttp2 };
+inline constexpr size_t kProtocolCount = static_cast<size_t>(Protocol::kHttp2) + 1;
+const char* ProtocolName(Protocol protocol);  // "HTTP/1.0", "HTTP/1.1", "HTTP/2"
+// From a request's version (an HTTP/2 stream's request is 2.0).
+Protocol ProtocolOf(int http_major, int http_minor);
+
 // How a duplicate's wait for the first answer ended (SPEC §10), for metrics.
 enum class WaitEnd {
   kNone,        // did not wait
@@ -48,6 +55,7 @@ inline constexpr size_t kStoreOpCount = 3;
 // What one finished exchange contributes.
 struct ExchangeSample {
   Outcome outcome = Outcome::kPassthrough;
+  Protocol protocol = Protocol::kHttp11;
   std::optional<ErrorCode> error;  // the gateway's own error answer, if any
   int upstream_status = 0;         // 0: no upstream response
   std::optional<UpstreamError> upstream_error;
@@ -61,7 +69,8 @@ struct ExchangeSample {
 struct AccessEntry {
   std::chrono::system_clock::time_point time;
   std::string_view method;
-  std::string_view path;  // without the query string
+  std::string_view path;      // without the query string
+  const char* protocol = "";  // "HTTP/1.1", "HTTP/2"; empty = omitted
   std::string_view client_ip;
   std::string_view request_id;  // X-Request-Id; empty = omitted
   int status = 0;

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "proxy/http/error_types.h"
 #include "proxy/http/http_message.h"
-#include "proxy/policy/errors.h"
 #include "store/record.h"
 
 namespace idemgate {

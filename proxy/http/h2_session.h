@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // One HTTP/2 server connection as a pure session (SPEC §14): bytes in -> stream events out,
 // answers in -> bytes out. It knows no socket, loop or timer; nghttp2 stays inside
-// h2_session.cc. Each stream's request head becomes our Request (`:method`, `:path` as the
+// h2_session*.cc. Each stream's request head becomes our Request (`:method`, `:path` as the
 // target, `:authority` as Host), its body is buffered up to a limit or streamed with flow
 // control (a byte is acknowledged to the client only once the caller says it was forwarded),
 // and the hardening of H5 ends an abusive connection with GOAWAY.
@@ -13,9 +13,9 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/http/error_types.h"
 #include "proxy/http/h2_fields.h"
 #include "proxy/http/http_message.h"
-#include "proxy/policy/errors.h"
 #include "store/record.h"
 
 namespace idemgate {
@@ -98,7 +98,9 @@ class H2Session {
   bool Receive(std::string_view bytes);
   // Frames to send, one piece at a time; empty when nothing is ready. The view is valid until
   // the next call. Call it while the socket's output is below a high watermark, and not
-  // otherwise: a client that does not read then stops the session producing (H4, H5).
+  // otherwise: a client that does not read then stops the session producing (H4, H5). The
+  // OnResponseDrained of the previous call's bytes come first, inside it, never after the
+  // bytes were made: a handler may queue more there, or even call PullOutput itself.
   std::string_view PullOutput();
   // Whether PullOutput has something (or may, once the client's window opens).
   bool WantsWrite() const;
@@ -134,7 +136,7 @@ class H2Session {
 
   size_t open_streams() const;
 
-  struct Impl;  // h2_session.cc (its nghttp2 callbacks reach it)
+  struct Impl;  // h2_session_impl.h (its nghttp2 callbacks reach it)
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -2,6 +2,9 @@
 // The header section scanner and the field checks (see header_scan.h).
 #include "proxy/http/header_scan.h"
 
+#include <array>
+#include <cstring>
+
 namespace idemgate {
 
 // A message's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand on a body
@@ -26,10 +29,20 @@ bool TransferEncodingIsPlainChunked(const Headers& headers) {
   return tokens == 1 && chunked;
 }
 
-bool IsTchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
+namespace {
+// tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" /
+// "~" / DIGIT / ALPHA (RFC 9110 5.6.2), as a table: every header name of every message is checked.
+constexpr std::array<bool, 256> kTchar = [] {
+  std::array<bool, 256> t{};
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+}  // namespace
+
+bool IsTchar(char c) { return kTchar[static_cast<unsigned char>(c)]; }
 
 bool IsToken(std::string_view text) {
   if (text.empty()) return false;
@@ -41,6 +54,15 @@ bool IsToken(std::string_view text) {
 
 size_t HeaderSectionScanner::Scan(const char* data, size_t len) {
   for (size_t i = 0; i < len; ++i) {
+    if (state_ == kInLine) {
+      // Inside a line only CR and LF matter: skip to the first of them at once.
+      const char* from = data + i;
+      const char* end = static_cast<const char*>(memchr(from, '\r', len - i));
+      if (end == nullptr) end = data + len;
+      const char* lf = static_cast<const char*>(memchr(from, '\n', end - from));
+      i = (lf != nullptr ? lf : end) - data;
+      if (i == len) break;
+    }
     if (!Step(data[i])) return i;
     if (state_ == kDone) return i + 1;
   }

@@ -3,6 +3,7 @@
 #include "proxy/http/http_message.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace idemgate {
 
@@ -37,11 +38,19 @@ bool MethodCarriesBody(std::string_view method) {
   return method == "POST" || method == "PUT" || method == "PATCH";
 }
 
+// "name: value\r\n", grown once and copied in place (every header of every message sent).
 void AppendHeader(std::string* out, std::string_view name, std::string_view value) {
-  out->append(name);
-  out->append(": ");
-  out->append(value);
-  out->append("\r\n");
+  const size_t at = out->size();
+  out->resize(at + name.size() + value.size() + 4);
+  char* p = out->data() + at;
+  memcpy(p, name.data(), name.size());
+  p += name.size();
+  *p++ = ':';
+  *p++ = ' ';
+  memcpy(p, value.data(), value.size());
+  p += value.size();
+  *p++ = '\r';
+  *p = '\n';
 }
 
 }  // namespace
@@ -263,26 +272,55 @@ std::string SerializeUpstreamRequestHead(const Request& request, std::string_vie
   return out;
 }
 
+namespace {
+
+// Whether ToStoredResponse keeps this header of an upstream answer.
+bool StoredKeeps(std::string_view name, const ConnectionTokens& listed, bool head_request,
+                 AnswerUse use) {
+  if (IsHopByHop(name, listed)) return false;
+  if (HeaderNameEquals(name, "Content-Length") && !head_request) return false;
+  // The gateway's own header (R2: a first answer never carries it), even from a backend that
+  // deduplicates too.
+  if (HeaderNameEquals(name, "Idempotent-Replayed")) return false;
+  // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
+  // replay never carries the first request's.
+  if (HeaderNameEquals(name, "X-Request-Id")) return false;
+  // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
+  // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
+  return !(use == AnswerUse::kStored && HeaderNameEquals(name, "Age"));
+}
+
+}  // namespace
+
 StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
   StoredResponse stored;
   stored.status = response.status;
   stored.reason = response.reason;
   const ConnectionTokens listed(response.headers);
+  stored.headers.reserve(response.headers.size());
   for (const Header& h : response.headers) {
-    if (IsHopByHop(h.name, listed)) continue;
-    if (HeaderNameEquals(h.name, "Content-Length") && !head_request) continue;
-    // The gateway's own header (R2: a first answer never carries it), even from a backend that
-    // deduplicates too.
-    if (HeaderNameEquals(h.name, "Idempotent-Replayed")) continue;
-    // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
-    // replay never carries the first request's.
-    if (HeaderNameEquals(h.name, "X-Request-Id")) continue;
-    // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
-    // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
-    if (use == AnswerUse::kStored && HeaderNameEquals(h.name, "Age")) continue;
-    stored.headers.emplace_back(h.name, h.value);
+    if (StoredKeeps(h.name, listed, head_request, use)) {
+      stored.headers.emplace_back(h.name, h.value);
+    }
   }
   stored.body = response.body;
+  return stored;
+}
+
+StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUse use) {
+  StoredResponse stored;
+  stored.status = response.status;
+  stored.reason = std::move(response.reason);
+  // `listed` points into the Connection headers' values, which are never kept (hop-by-hop), so
+  // moving the kept ones out leaves it valid.
+  const ConnectionTokens listed(response.headers);
+  stored.headers.reserve(response.headers.size());
+  for (Header& h : response.headers) {
+    if (StoredKeeps(h.name, listed, head_request, use)) {
+      stored.headers.emplace_back(std::move(h.name), std::move(h.value));
+    }
+  }
+  stored.body = std::move(response.body);
   return stored;
 }
 

@@ -127,6 +127,9 @@ enum class AnswerUse { kStored, kRelayed };
 // cannot recompute.
 StoredResponse ToStoredResponse(const Response& response, bool head_request,
                                 AnswerUse use = AnswerUse::kStored);
+// The same, moving the kept headers and the body out of `response` instead of copying them.
+StoredResponse ToStoredResponse(Response&& response, bool head_request,
+                                AnswerUse use = AnswerUse::kStored);
 
 // The Connection header of an answer: none (HTTP/1.1 keeps the connection by default), close,
 // or keep-alive (an HTTP/1.0 client that asked for it must be told it was granted).

@@ -19,15 +19,17 @@ struct RequestParser::Impl {
       : engine(HTTP_REQUEST, max_body, max_header_bytes) {}
   Engine engine;
   Request request;  // filled at headers complete and at message complete
+  // Once per request, at the end of its headers: the engine is done with the method, target and
+  // header list (they were checked at headers complete), so they move over.
   void Sync() {
-    request.method = engine.method;
+    request.method = std::move(engine.method);
     if (request.method.empty()) {
       request.method = llhttp_method_name(static_cast<llhttp_method_t>(engine.parser.method));
     }
-    request.target = engine.target;
+    request.target = std::move(engine.target);
     request.http_major = engine.parser.http_major;
     request.http_minor = engine.parser.http_minor;
-    request.headers = engine.headers;
+    request.headers = std::move(engine.headers);
     const std::string* expect = FindHeader(request.headers, "Expect");
     request.expect_continue = expect != nullptr && HeaderNameEquals(*expect, "100-continue");
     request.chunked = engine.framing_chunked;

@@ -103,8 +103,12 @@ int Engine::PushHeader() {
     }
     return Fail(ParseError::kMalformed, "The header name \"" + shown + "\" is not a valid token.");
   }
-  std::string_view trimmed = TrimOws(value);
-  headers.push_back(Header{std::move(field), std::string(trimmed)});
+  // Trimmed in place and moved into the list: no copy of the name or the value.
+  const std::string_view trimmed = TrimOws(value);
+  const size_t lead = static_cast<size_t>(trimmed.data() - value.data());
+  value.resize(lead + trimmed.size());
+  value.erase(0, lead);
+  headers.emplace_back(std::move(field), std::move(value));
   field.clear();
   value.clear();
   return 0;

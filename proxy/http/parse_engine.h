@@ -15,6 +15,8 @@ namespace idemgate::parser_internal {
 
 // The parsing state shared by both directions; llhttp calls back into it through `data`.
 struct Engine {
+  static constexpr size_t kHeadersReserved = 16;
+
   Engine(llhttp_type_t type, uint64_t max_body, uint64_t max_header_bytes)
       : type(type),
         max_body(max_body),
@@ -55,6 +57,9 @@ struct Engine {
     target.clear();
     reason.clear();
     headers.clear();
+    // Each message's list is moved out whole (TakeHead, TakeResponse, the request's Sync):
+    // room for a typical header section at once, rather than regrowing it header by header.
+    if (headers.capacity() < kHeadersReserved) headers.reserve(kHeadersReserved);
     body.clear();
     scanner.Reset();
   }

@@ -3,10 +3,13 @@
 #include "proxy/net/tls.h"
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
 
 #include <chrono>
+#include <cstdio>
+#include <mutex>
 
 namespace idemgate {
 
@@ -30,6 +33,8 @@ SslCtxPtr MakeServerTlsContext(const std::string& cert_file, const std::string& 
     return nullptr;
   }
   SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  // An idle connection gives its record buffers back (about 12 KiB each), as nginx does.
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert_file.c_str()) != 1) {
     *error = "listen.tls_cert '" + cert_file + "': " + OpenSslError();
     return nullptr;
@@ -71,6 +76,45 @@ void OfferAlpn(SSL_CTX* ctx, bool http2) {
   SSL_CTX_set_alpn_select_cb(ctx, SelectAlpn, http2 ? &on : nullptr);
 }
 
+namespace {
+
+// What ReloadClientTls hangs on a context: its replacement (one reference held here) and the
+// SHA-256 of the CA file it was built from.
+struct ClientTlsSwap {
+  std::mutex mu;
+  SSL_CTX* current = nullptr;
+  std::string file_digest;
+};
+
+void FreeSwap(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  auto* swap = static_cast<ClientTlsSwap*>(ptr);
+  if (swap == nullptr) return;
+  SSL_CTX_free(swap->current);  // null-safe
+  delete swap;
+}
+
+int SwapIndex() {
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, &FreeSwap);
+  return index;
+}
+
+std::string FileDigest(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) return "";
+  EVP_MD_CTX* md = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(md, EVP_sha256(), nullptr);
+  char buf[8192];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) EVP_DigestUpdate(md, buf, n);
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(md, out, &len);
+  EVP_MD_CTX_free(md);
+  fclose(f);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+}  // namespace
+
 SslCtxPtr MakeClientTlsContext(const std::string& ca_file, std::string* error) {
   SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
   if (!ctx || !SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION)) {
@@ -86,11 +130,44 @@ SslCtxPtr MakeClientTlsContext(const std::string& ca_file, std::string* error) {
              ": " + OpenSslError();
     return nullptr;
   }
+  if (!ca_file.empty()) {  // what a reload compares the file with (ReloadClientTls)
+    auto* swap = new ClientTlsSwap;
+    swap->file_digest = FileDigest(ca_file);
+    SSL_CTX_set_ex_data(ctx.get(), SwapIndex(), swap);
+  }
   return ctx;
 }
 
+TlsReload ReloadClientTls(SSL_CTX* ctx, const std::string& ca_file, std::string* error) {
+  auto* swap = static_cast<ClientTlsSwap*>(SSL_CTX_get_ex_data(ctx, SwapIndex()));
+  if (swap == nullptr || ca_file.empty()) return TlsReload::kUnchanged;  // the system CA store
+  const std::string digest = FileDigest(ca_file);
+  {
+    std::lock_guard<std::mutex> lock(swap->mu);
+    if (!digest.empty() && digest == swap->file_digest) return TlsReload::kUnchanged;
+  }
+  SslCtxPtr next = MakeClientTlsContext(ca_file, error);  // loads the file: verified first
+  if (!next) return TlsReload::kRefused;
+  if (STACK_OF(X509_OBJECT)* objects = X509_STORE_get0_objects(SSL_CTX_get_cert_store(next.get()));
+      !ca_file.empty() && (objects == nullptr || sk_X509_OBJECT_num(objects) == 0)) {
+    *error = "upstream.ca_file '" + ca_file + "': no certificate in it";
+    return TlsReload::kRefused;
+  }
+  std::lock_guard<std::mutex> lock(swap->mu);
+  SSL_CTX_free(swap->current);
+  swap->current = next.release();
+  swap->file_digest = digest;
+  return TlsReload::kReplaced;
+}
+
 SSL* NewUpstreamSsl(SSL_CTX* ctx, const std::string& host) {
-  SSL* ssl = SSL_new(ctx);
+  SSL_CTX* held = nullptr;  // the replacement, if ReloadClientTls made one (a reference of ours)
+  if (auto* swap = static_cast<ClientTlsSwap*>(SSL_CTX_get_ex_data(ctx, SwapIndex()))) {
+    std::lock_guard<std::mutex> lock(swap->mu);
+    if (swap->current != nullptr && SSL_CTX_up_ref(swap->current) == 1) held = swap->current;
+  }
+  SSL* ssl = SSL_new(held != nullptr ? held : ctx);  // the SSL holds its own reference
+  SSL_CTX_free(held);
   if (ssl == nullptr) return nullptr;
   X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
   // An IP address is checked against the certificate's IP SANs; a name against its DNS names

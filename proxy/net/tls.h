@@ -27,7 +27,15 @@ void OfferAlpn(SSL_CTX* ctx, bool http2);
 SslCtxPtr MakeClientTlsContext(const std::string& ca_file, std::string* error);
 
 // A new SSL for one upstream connection: SNI and hostname (or IP address) verification set.
+// On a context ReloadClientTls replaced, the SSL is made from the replacement.
 SSL* NewUpstreamSsl(SSL_CTX* ctx, const std::string& host);
+
+// SIGHUP for an https upstream's CA file: a new context is built from `ca_file` (the file
+// loads), and only then do new connections made on `ctx` (MakeClientTlsContext's, whose pointer
+// the pools keep) use it; connections open keep theirs. kRefused (and *error) leaves the running
+// one; kUnchanged when the file's bytes are those last loaded.
+enum class TlsReload { kUnchanged, kReplaced, kRefused };
+TlsReload ReloadClientTls(SSL_CTX* ctx, const std::string& ca_file, std::string* error);
 
 // The last OpenSSL error as text (and clears the queue).
 std::string OpenSslError();

@@ -116,6 +116,10 @@ void AppendAccessLine(const AccessEntry& e, std::string* out) {
   AppendJsonString(out, e.method);
   AppendField(out, "path");
   AppendJsonString(out, e.path);
+  if (e.protocol[0] != '\0') {
+    AppendField(out, "protocol");
+    AppendJsonString(out, e.protocol);
+  }
   AppendField(out, "client_ip");
   AppendJsonString(out, e.client_ip);
   if (!e.request_id.empty()) {

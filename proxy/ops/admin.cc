@@ -198,7 +198,8 @@ AdminServer::AdminServer(Gateway* gateway, Metrics* metrics)
 
 AdminServer::~AdminServer() { Stop(); }
 
-bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string* error) {
+bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string* error,
+                        int listening_fd) {
   base_.reset(event_base_new());
   http_ = base_ ? evhttp_new(base_.get()) : nullptr;
   if (!http_) {
@@ -217,7 +218,9 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
   backup_done_ev_.reset(
       event_new(base_.get(), -1, 0, &EventTrampoline<AdminServer, &AdminServer::OnBackupDone>,
                 this));
-  evhttp_bound_socket* bound = evhttp_bind_socket_with_handle(http_, addr.host.c_str(), addr.port);
+  evhttp_bound_socket* bound =
+      listening_fd >= 0 ? evhttp_accept_socket_with_handle(http_, listening_fd)
+                        : evhttp_bind_socket_with_handle(http_, addr.host.c_str(), addr.port);
   if (!bound) {
     *error = "cannot listen on admin address " + addr.host + ":" + std::to_string(addr.port) +
              ": " + strerror(errno);
@@ -225,7 +228,8 @@ bool AdminServer::Start(const HostPort& addr, uint16_t* bound_port, std::string*
   }
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
-  getsockname(evhttp_bound_socket_get_fd(bound), reinterpret_cast<sockaddr*>(&ss), &len);
+  listen_fd_ = evhttp_bound_socket_get_fd(bound);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
   *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   thread_ = std::thread([this] { event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
@@ -290,6 +294,7 @@ void AdminServer::HandleReady(evhttp_request* req) {
   body += ",\"store\":\"" + (store.empty() ? std::string("ok") : JsonEscape(store)) + "\"";
   body += ",\"upstream\":\"" + (upstream.empty() ? std::string("ok") : JsonEscape(upstream)) + "\"";
   if (draining) body += ",\"draining\":true";
+  if (metrics_) body += RouteGroupsDownJson(metrics_->upstream_stats());
   body += "}";
   if (ready) return ReplyJson(req, 200, "OK", body);
   ReplyJson(req, 503, "Service Unavailable", body);

@@ -34,8 +34,11 @@ class AdminServer {
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;
 
-  // Binds `addr` (port 0 picks one; *bound_port gets it) and starts the thread.
-  bool Start(const HostPort& addr, uint16_t* bound_port, std::string* error);
+  // Binds `addr` (port 0 picks one; *bound_port gets it) and starts the thread; with
+  // `listening_fd` >= 0 (a socket handed over, already listening) accepts from it instead.
+  bool Start(const HostPort& addr, uint16_t* bound_port, std::string* error, int listening_fd = -1);
+  // The listening socket (to hand over); -1 before Start.
+  int listen_fd() const { return listen_fd_; }
   // From now on /readyz answers 503 "draining" (shutdown has begun).
   void SetDraining() { draining_.store(true, std::memory_order_relaxed); }
   // Leaves the loop and joins the thread. Idempotent.
@@ -63,6 +66,7 @@ class AdminServer {
   Metrics* metrics_;
   EventBasePtr base_;
   evhttp* http_ = nullptr;
+  int listen_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> draining_{false};
 

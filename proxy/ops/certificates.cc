@@ -9,11 +9,14 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <cstdio>
 #include <ctime>
 
+#include "common/log.h"
 #include "proxy/ops/access_log.h"
+#include "proxy/ops/gateway.h"
 
 namespace idemgate {
 namespace {
@@ -79,31 +82,31 @@ std::string Header() {
 
 }  // namespace
 
-bool ServerCertificates::Install(SSL_CTX* ctx, const std::string& cert_file,
-                                 const std::string& key_file, std::string* error) {
-  cert_file_ = cert_file;
-  key_file_ = key_file;
-  std::shared_ptr<const Pair> pair = Load(error);
-  if (!pair) return false;
+bool ServerCertificates::Install(SSL_CTX* ctx, const std::vector<std::string>& files,
+                                 std::string* error) {
+  files_ = files;
+  std::shared_ptr<const Pairs> pairs = LoadAll(error);
+  if (!pairs) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    current_ = std::move(pair);
+    current_ = std::move(pairs);
   }
   SSL_CTX_set_cert_cb(ctx, &ServerCertificates::OnCertificate, this);
   return true;
 }
 
-std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Current() const {
+std::shared_ptr<const ServerCertificates::Pairs> ServerCertificates::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
   return current_;
 }
 
-std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Load(std::string* error) const {
+std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Load(
+    const std::string& cert_file, const std::string& key_file, std::string* error) {
   auto pair = std::make_shared<Pair>();
-  pair->holder = MakeServerTlsContext(cert_file_, key_file_, error);  // loads and checks the pair
+  pair->holder = MakeServerTlsContext(cert_file, key_file, error);  // loads and checks the pair
   if (!pair->holder) {
     if (error->find("mismatch") != std::string::npos) {  // OpenSSL: "key values mismatch"
-      *error = "the key '" + key_file_ + "' does not match the certificate '" + cert_file_ + "' (" +
+      *error = "the key '" + key_file + "' does not match the certificate '" + cert_file + "' (" +
                *error + ")";
     }
     return nullptr;
@@ -111,7 +114,7 @@ std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Load(std::st
   X509* cert = SSL_CTX_get0_certificate(pair->holder.get());
   EVP_PKEY* key = SSL_CTX_get0_privatekey(pair->holder.get());
   if (cert == nullptr || key == nullptr) {
-    *error = "no certificate or key in " + cert_file_ + " / " + key_file_;
+    *error = "no certificate or key in " + cert_file + " / " + key_file;
     return nullptr;
   }
   pair->serial = SerialHex(cert);
@@ -120,10 +123,34 @@ std::shared_ptr<const ServerCertificates::Pair> ServerCertificates::Load(std::st
   return pair;
 }
 
-// On a worker's thread, once per handshake: the current pair, with its chain, for this SSL.
+std::shared_ptr<const ServerCertificates::Pairs> ServerCertificates::LoadAll(
+    std::string* error) const {
+  auto pairs = std::make_shared<Pairs>();
+  for (size_t i = 0; i + 1 < files_.size(); i += 2) {
+    std::shared_ptr<const Pair> pair = Load(files_[i], files_[i + 1], error);
+    if (!pair) return nullptr;
+    pairs->push_back(std::move(pair));
+  }
+  return pairs;
+}
+
+// On a worker's thread, once per handshake: the pair for the client's SNI host (the first whose
+// certificate names it, wildcards as RFC 6125 has them), else the first; with its chain.
 int ServerCertificates::OnCertificate(SSL* ssl, void* arg) {
-  std::shared_ptr<const Pair> pair = static_cast<ServerCertificates*>(arg)->Current();
-  SSL_CTX* holder = pair->holder.get();
+  std::shared_ptr<const Pairs> pairs = static_cast<ServerCertificates*>(arg)->Current();
+  if (!pairs || pairs->empty()) return 0;
+  SSL_CTX* holder = pairs->front()->holder.get();
+  const char* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  if (sni != nullptr && pairs->size() > 1 &&
+      X509_check_host(SSL_CTX_get0_certificate(holder), sni, 0, 0, nullptr) != 1) {
+    for (size_t i = 1; i < pairs->size(); ++i) {
+      SSL_CTX* other = (*pairs)[i]->holder.get();
+      if (X509_check_host(SSL_CTX_get0_certificate(other), sni, 0, 0, nullptr) == 1) {
+        holder = other;
+        break;
+      }
+    }
+  }
   STACK_OF(X509)* chain = nullptr;
   SSL_CTX_get0_chain_certs(holder, &chain);
   return SSL_use_cert_and_key(ssl, SSL_CTX_get0_certificate(holder),
@@ -134,25 +161,84 @@ int ServerCertificates::OnCertificate(SSL* ssl, void* arg) {
 
 ServerCertificates::Outcome ServerCertificates::Reload(std::string* detail) {
   std::string error;
-  std::shared_ptr<const Pair> next = Load(&error);
+  std::shared_ptr<const Pairs> next = LoadAll(&error);
   if (!next) {
     *detail = error;
     return Outcome::kRefused;
   }
-  std::shared_ptr<const Pair> old = Current();
-  if (old && old->fingerprint == next->fingerprint) return Outcome::kUnchanged;
-  *detail = "serial " + (old ? old->serial : std::string("none")) + " -> " + next->serial +
-            ", expires " + FormatRfc3339(next->not_after * 1000, false);
+  std::shared_ptr<const Pairs> old = Current();
+  std::string changes;
+  for (size_t i = 0; i < next->size(); ++i) {
+    const Pair* was = old && i < old->size() ? (*old)[i].get() : nullptr;
+    const Pair& now = *(*next)[i];
+    if (was != nullptr && was->fingerprint == now.fingerprint) continue;
+    changes += (changes.empty() ? "" : "; ") +
+               (next->size() > 1 ? files_[2 * i] + ": " : std::string()) + "serial " +
+               (was ? was->serial : std::string("none")) + " -> " + now.serial + ", expires " +
+               FormatRfc3339(now.not_after * 1000, false);
+  }
+  if (changes.empty()) return Outcome::kUnchanged;
+  *detail = changes;
   std::lock_guard<std::mutex> lock(mu_);
-  current_ = std::move(next);  // handshakes in progress keep the pair they took
+  current_ = std::move(next);  // handshakes in progress keep the pairs they took
   return Outcome::kReplaced;
 }
 
 std::string ServerCertificates::RenderMetrics() const {
-  std::shared_ptr<const Pair> pair = Current();
-  if (!pair) return "";
-  return Header() +
-         ExpiryLine("listener", cert_file_, SSL_CTX_get0_certificate(pair->holder.get()));
+  std::shared_ptr<const Pairs> pairs = Current();
+  if (!pairs || pairs->empty()) return "";
+  std::string out = Header();
+  for (size_t i = 0; i < pairs->size(); ++i) {
+    out +=
+        ExpiryLine("listener", files_[2 * i], SSL_CTX_get0_certificate((*pairs)[i]->holder.get()));
+  }
+  return out;
+}
+
+namespace {
+
+// (key, CA file, context) of every running https upstream with a CA file of its own.
+struct UpstreamCa {
+  std::string key;
+  std::string file;
+  SSL_CTX* ctx;
+};
+std::vector<UpstreamCa> UpstreamCas(const Gateway& gateway, const Config& running) {
+  std::vector<UpstreamCa> out;
+  if (gateway.upstream_tls != nullptr && !running.upstream.ca_file.empty()) {
+    out.push_back({"upstream.ca_file", running.upstream.ca_file, gateway.upstream_tls});
+  }
+  for (const auto& [name, ctx] : gateway.upstream_group_tls) {
+    auto group = running.upstream_groups.find(name);
+    if (group == running.upstream_groups.end() || group->second.ca_file.empty()) continue;
+    out.push_back({"upstreams." + name + ".ca_file", group->second.ca_file, ctx});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string VerifyUpstreamCas(const Gateway& gateway, const Config& running) {
+  for (const UpstreamCa& ca : UpstreamCas(gateway, running)) {
+    std::string error;
+    if (!MakeClientTlsContext(ca.file, &error)) return ca.key + ": " + error;
+  }
+  return "";
+}
+
+std::string ReloadUpstreamCas(const Gateway& gateway, const Config& running) {
+  std::string changes;
+  for (const UpstreamCa& ca : UpstreamCas(gateway, running)) {
+    std::string error;
+    const TlsReload outcome = ReloadClientTls(ca.ctx, ca.file, &error);
+    if (outcome == TlsReload::kReplaced) {
+      changes += (changes.empty() ? "" : ", ") + ca.key + " reloaded";
+    } else if (outcome == TlsReload::kRefused) {  // changed since VerifyUpstreamCas read it
+      LogF(LogLevel::kError, "reload", "%s: %s; keeping the running one", ca.key.c_str(),
+           error.c_str());
+    }
+  }
+  return changes;
 }
 
 std::string RenderCaExpiryMetrics(const Config& config) {

@@ -6,6 +6,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "proxy/upstream/upstream_stats.h"
+
 namespace idemgate {
 
 namespace {
@@ -136,6 +138,7 @@ MetricsShard::MetricsShard()
 
 void MetricsShard::RecordExchange(const ExchangeSample& s) {
   Inc(outcomes_[static_cast<size_t>(s.outcome)]);
+  Inc(protocols_[static_cast<size_t>(s.protocol)]);
   if (s.error) {
     Inc(errors_[static_cast<size_t>(*s.error)]);
     if (s.outcome == Outcome::kRejected) Inc(rejected_[static_cast<size_t>(*s.error)]);
@@ -160,7 +163,10 @@ void MetricsShard::RecordStoreOp(StoreOp op, int64_t micros) {
   store_latency_[static_cast<size_t>(op)].Observe(value);
 }
 
-Metrics::Metrics(int shards) : batch_size_(BatchBounds()) {
+Metrics::~Metrics() = default;
+
+Metrics::Metrics(int shards)
+    : batch_size_(BatchBounds()), upstream_stats_(std::make_unique<UpstreamStats>()) {
   for (int i = 0; i < std::max(1, shards); ++i) shards_.push_back(std::make_unique<MetricsShard>());
 }
 
@@ -182,6 +188,20 @@ std::string Label(const char* name, const char* value) {
   return std::string(name) + "=\"" + value + "\"";
 }
 
+// A label value from the config (a group name, a host), escaped as the text format asks.
+std::string Escaped(const char* name, const std::string& value) {
+  std::string out = std::string(name) + "=\"";
+  for (char c : value) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (c == '\\' || c == '"') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 std::string Metrics::Render() const {
@@ -192,6 +212,8 @@ std::string Metrics::Render() const {
       shards_, [](auto& s) -> auto& { return s.rejected_; });
   auto errors = SumArray<kErrorCodeCount>(
       shards_, [](auto& s) -> auto& { return s.errors_; });
+  auto protocols = SumArray<kProtocolCount>(
+      shards_, [](auto& s) -> auto& { return s.protocols_; });
   auto classes = SumArray<5>(
       shards_, [](auto& s) -> auto& { return s.status_classes_; });
   auto upstream_errors = SumArray<kUpstreamErrorCount>(
@@ -210,6 +232,12 @@ std::string Metrics::Render() const {
     w.Sample("idemgate_requests_total", Label("outcome", "rejected") + "," + Label("code", code),
              rejected[i]);
   }
+  w.Family("idemgate_requests_by_protocol_total", "counter",
+           "Requests (every outcome) by the protocol the client spoke.");
+  for (size_t i = 0; i < kProtocolCount; ++i) {
+    w.Sample("idemgate_requests_by_protocol_total",
+             Label("protocol", ProtocolName(static_cast<Protocol>(i))), protocols[i]);
+  }
   w.Family("idemgate_error_responses_total", "counter",
            "Error answers written by the gateway itself, by error code (any outcome).");
   for (size_t i = 0; i < kErrorCodeCount; ++i) {
@@ -226,11 +254,55 @@ std::string Metrics::Render() const {
     w.Sample("idemgate_upstream_errors_total",
              Label("kind", UpstreamErrorName(static_cast<UpstreamError>(i))), upstream_errors[i]);
   }
+  RenderUpstreamServers(&w);
   RenderHistograms(&w);
   RenderGauges(&w);
   std::string out = w.Take();
   if (extra_) out += extra_();
   return out;
+}
+
+// Each server of each upstream group, summed over the worker loops (each has its own copy of
+// the group, so a server taken out after a refused connect is out in the loop that saw it).
+void Metrics::RenderUpstreamServers(MetricsWriter* w) const {
+  const std::vector<UpstreamStats::Server> servers = upstream_stats_->Snapshot();
+  auto labels = [](const UpstreamStats::Server& s) {
+    return Escaped("group", s.group) + "," + Escaped("server", s.server) + "," +
+           Escaped("address", s.address);
+  };
+  w->Family("idemgate_upstream_server_requests_total", "counter",
+            "Calls sent to each server of an upstream group (health checks not counted).");
+  for (const auto& s : servers) {
+    w->Sample("idemgate_upstream_server_requests_total", labels(s), s.requests);
+  }
+  w->Family("idemgate_upstream_server_errors_total", "counter",
+            "Failed calls to each server of an upstream group, by kind.");
+  for (const auto& s : servers) {
+    for (size_t i = 1; i < kUpstreamErrorCount; ++i) {
+      w->Sample("idemgate_upstream_server_errors_total",
+                labels(s) + "," + Label("kind", UpstreamErrorName(static_cast<UpstreamError>(i))),
+                s.errors[i]);
+    }
+  }
+  w->Family("idemgate_upstream_server_taken_out_total", "counter",
+            "Times a server was taken out: a connect that failed (nothing sent), or a failed "
+            "health check.");
+  for (const auto& s : servers) {
+    w->Sample("idemgate_upstream_server_taken_out_total", labels(s) + ",reason=\"connect\"",
+              s.taken_out);
+    w->Sample("idemgate_upstream_server_taken_out_total", labels(s) + ",reason=\"health_check\"",
+              s.health_failed);
+  }
+  w->Family("idemgate_upstream_server_state", "gauge",
+            "Worker loops that see each server in each state now (up, taken_out, "
+            "health_check_failed); they sum to server.workers.");
+  for (const auto& s : servers) {
+    if (s.loops_up + s.loops_out + s.loops_health_down == 0) continue;  // gone
+    w->Sample("idemgate_upstream_server_state", labels(s) + ",state=\"up\"", s.loops_up);
+    w->Sample("idemgate_upstream_server_state", labels(s) + ",state=\"taken_out\"", s.loops_out);
+    w->Sample("idemgate_upstream_server_state", labels(s) + ",state=\"health_check_failed\"",
+              s.loops_health_down);
+  }
 }
 
 void Metrics::RenderHistograms(MetricsWriter* w) const {

@@ -22,6 +22,7 @@
 namespace idemgate {
 
 class MetricsWriter;
+class UpstreamStats;
 
 inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kRejected) + 1;
 inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::kUpstreamTimeout) + 1;
@@ -69,6 +70,7 @@ class MetricsShard {
   }
 
   std::array<std::atomic<uint64_t>, kOutcomeCount> outcomes_{};
+  std::array<std::atomic<uint64_t>, kProtocolCount> protocols_{};  // every request, by protocol
   std::array<std::atomic<uint64_t>, kErrorCodeCount> rejected_{};  // outcome rejected, by code
   std::array<std::atomic<uint64_t>, kErrorCodeCount> errors_{};    // every error answer
   std::array<std::atomic<uint64_t>, 5> status_classes_{};          // upstream 1xx..5xx
@@ -88,6 +90,7 @@ class MetricsShard {
 class Metrics {
  public:
   explicit Metrics(int shards);
+  ~Metrics();
   MetricsShard& shard(int index) { return *shards_[index]; }
   int shard_count() const { return static_cast<int>(shards_.size()); }
 
@@ -105,6 +108,10 @@ class Metrics {
     if (written) last_backup_ms_.store(unix_ms, std::memory_order_relaxed);
   }
   void SetWaitersSource(std::function<uint64_t()> fn) { waiters_ = std::move(fn); }
+  // Every upstream group's servers, in every loop (written by the loops, read at scrape and by
+  // /readyz).
+  UpstreamStats& upstream_stats() { return *upstream_stats_; }
+  const UpstreamStats& upstream_stats() const { return *upstream_stats_; }
 
   // The Prometheus text exposition format, version 0.0.4.
   std::string Render() const;
@@ -114,6 +121,7 @@ class Metrics {
   void RenderGauges(MetricsWriter* w) const;
   void RenderConnectionLimits(MetricsWriter* w) const;
   void RenderWaits(MetricsWriter* w) const;
+  void RenderUpstreamServers(MetricsWriter* w) const;
 
   std::vector<std::unique_ptr<MetricsShard>> shards_;
   Histogram batch_size_;
@@ -125,6 +133,7 @@ class Metrics {
   std::atomic<uint64_t> backups_failed_{0};
   std::atomic<int64_t> last_backup_ms_{0};  // 0: none written since start
   std::function<uint64_t()> waiters_;
+  std::unique_ptr<UpstreamStats> upstream_stats_;
 };
 
 inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";

@@ -118,6 +118,17 @@ void CheckTls(const Config& config, std::vector<PreflightProblem>* out) {
     bool key = error.find("tls_key") != std::string::npos;
     out->push_back({key ? "listen.tls_key" : "listen.tls_cert", error});
   }
+  // [[listen.certificates]]: the pairs after tls_cert/tls_key's.
+  const std::vector<std::string>& files = listen.certificate_files;
+  const size_t first = listen.tls_cert.empty() ? 0 : 2;
+  for (size_t i = first; i + 1 < files.size(); i += 2) {
+    if (MakeServerTlsContext(files[i], files[i + 1], &error)) continue;
+    const std::string key = "listen.certificates[" + std::to_string((i - first) / 2 + 1) + "]";
+    if (error.find("mismatch") != std::string::npos) {
+      error = "the key '" + files[i + 1] + "' does not match the certificate '" + files[i] + "'";
+    }
+    out->push_back({key, Problem(key, error)});
+  }
   if (config.upstream.tls && !MakeClientTlsContext(config.upstream.ca_file, &error)) {
     out->push_back({"upstream.ca_file", Problem("upstream.ca_file", error)});
   }

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "proxy/net/tls.h"
+#include "proxy/policy/errors.h"
+#include "proxy/upstream/upstream_stats.h"
 #include "store/claim_rules.h"
 
 namespace idemgate {
@@ -97,6 +99,16 @@ std::string ProbeUpstreamGroup(const Config::Upstream& group, milliseconds timeo
     errors += (errors.empty() ? "" : "; ") + error;
   }
   return errors;
+}
+
+std::string RouteGroupsDownJson(const UpstreamStats& stats) {
+  const std::vector<std::string> down = stats.GroupsDown();
+  if (down.empty()) return "";
+  std::string out = ",\"route_groups\":[";
+  for (size_t i = 0; i < down.size(); ++i) {
+    out += (i == 0 ? "\"" : ",\"") + JsonEscape(down[i]) + "\"";
+  }
+  return out + "]";
 }
 
 }  // namespace idemgate

@@ -14,6 +14,8 @@
 
 namespace idemgate {
 
+class UpstreamStats;
+
 // The readiness probes, usable on their own (they block the calling thread, never a loop).
 // Empty on success, else the reason.
 std::string ProbeStore(Store* store, std::chrono::milliseconds timeout);
@@ -23,5 +25,11 @@ std::string ProbeUpstream(const HostPort& upstream, std::chrono::milliseconds ti
 // "" when at least one server of the group answers ProbeUpstream; else every server's error.
 std::string ProbeUpstreamGroup(const Config::Upstream& group, std::chrono::milliseconds timeout,
                                SSL_CTX* tls = nullptr);
+
+// /readyz's `,"route_groups":["payments: every server is out: …"]` for the named groups whose
+// every server is out (from the loops' own view, not a probe); "" when there is none. They are
+// named, not counted against readiness: every instance sees the same servers, and taking every
+// instance out of the balancer would stop the routes that still work too.
+std::string RouteGroupsDownJson(const UpstreamStats& stats);
 
 }  // namespace idemgate

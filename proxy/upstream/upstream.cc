@@ -115,7 +115,9 @@ void UpstreamPool::OnConnIdle(UpstreamConn* conn) {
     conn->MarkIdle();
     idle_.push_back(std::move(*it));
   }
-  busy_.erase(it);
+  // busy_ has no order: the last one fills the gap.
+  *it = std::move(busy_.back());
+  busy_.pop_back();
 }
 
 void UpstreamPool::OnConnDead(UpstreamConn* conn) {

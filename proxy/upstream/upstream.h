@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "conf/config.h"
 #include "proxy/http/http_message.h"
@@ -137,8 +138,10 @@ class UpstreamPool {
   socklen_t addr_len_ = 0;
   uint64_t address_generation_ = 0;
   std::string error_;
-  std::list<std::unique_ptr<UpstreamConn>> idle_;
-  std::list<std::unique_ptr<UpstreamConn>> busy_;
+  // Vectors, so that a call moving a connection from idle to busy and back allocates nothing;
+  // idle_ is kept in order (the most recently used at the back, taken first).
+  std::vector<std::unique_ptr<UpstreamConn>> idle_;
+  std::vector<std::unique_ptr<UpstreamConn>> busy_;
   std::list<std::unique_ptr<UpstreamConn>> dead_;  // freed on the next loop turn
   EventPtr reaper_;
 };

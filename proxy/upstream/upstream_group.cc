@@ -64,12 +64,13 @@ struct UpstreamGroup::Call final : StreamCall, std::enable_shared_from_this<Call
 };
 
 UpstreamGroup::UpstreamGroup(event_base* base, std::string name, const Config::Upstream& config,
-                             SSL_CTX* tls, Poster post)
+                             SSL_CTX* tls, Poster post, UpstreamStats* stats)
     : base_(base),
       name_(std::move(name)),
       config_(config),
       tls_(tls),
       post_(std::move(post)),
+      stats_(stats),
       least_conn_(config.balance == "least_conn") {
   if (config_.addrs.empty()) config_.addrs.push_back(config_.addr);  // a Config built in code
 }
@@ -121,6 +122,9 @@ void UpstreamGroup::AddServer(const HostPort& name, const Address& address) {
   server.address = address;
   server.pool = std::make_unique<UpstreamPool>(
       base_, name, reinterpret_cast<const sockaddr*>(&address.storage), address.len, tls_);
+  if (stats_ != nullptr) {
+    server.stats = stats_->Add(name_.empty() ? "default" : name_, Where(name), address.Text());
+  }
   servers_.push_back(std::move(server));
 }
 
@@ -219,6 +223,7 @@ StreamCall* UpstreamGroup::Start(std::string request, bool head_request,
 void UpstreamGroup::Try(std::shared_ptr<Call> call) {
   Server& server = servers_[call->index];
   ++server.in_flight;
+  if (server.stats != nullptr) server.stats->requests.fetch_add(1, std::memory_order_relaxed);
   UpstreamPool* pool = server.pool.get();
   Call* raw = call.get();
   if (raw->receiver != nullptr) {
@@ -237,6 +242,10 @@ void UpstreamGroup::OnResult(std::shared_ptr<Call> call, UpstreamResult result) 
   const size_t index = call->index;
   --servers_[index].in_flight;
   call->conn = nullptr;  // that server's call is over (a retry makes another)
+  if (UpstreamStats::Entry* stats = servers_[index].stats;
+      stats != nullptr && result.error != UpstreamError::kNone) {
+    stats->errors[static_cast<size_t>(result.error)].fetch_add(1, std::memory_order_relaxed);
+  }
   if (result.error != UpstreamError::kUnavailable) {
     // The server answered, or the request reached it (a reset, a timeout): it takes connections.
     if (servers_[index].out_until != SteadyClock::time_point{}) {
@@ -265,6 +274,16 @@ void UpstreamGroup::TakeOut(size_t index, const std::string& why) {
   Server& server = servers_[index];
   const bool was_up = Up(server, SteadyClock::now());
   server.out_until = SteadyClock::now() + std::chrono::milliseconds(config_.fail_timeout_ms);
+  if (server.stats != nullptr) {
+    server.stats->out_until_ms.store(
+        std::chrono::duration_cast<std::chrono::milliseconds>(server.out_until.time_since_epoch())
+            .count(),
+        std::memory_order_relaxed);
+    if (was_up) {
+      server.stats->taken_out.fetch_add(1, std::memory_order_relaxed);
+      server.stats->SetReason(why);
+    }
+  }
   if (was_up) {
     IDEMGATE_LOG_LIMITED(
         LogLevel::kWarn, "upstream", "server %s taken out for %lld ms (nothing was sent): %s",
@@ -275,6 +294,7 @@ void UpstreamGroup::TakeOut(size_t index, const std::string& why) {
 void UpstreamGroup::BringBack(size_t index, const char* how) {
   Server& server = servers_[index];
   server.out_until = {};
+  if (server.stats != nullptr) server.stats->out_until_ms.store(0, std::memory_order_relaxed);
   LogF(LogLevel::kInfo, "upstream", "server %s is back (%s)", Label(server).c_str(), how);
 }
 
@@ -313,13 +333,23 @@ void UpstreamGroup::OnHealth(size_t index, const UpstreamResult& result) {
   if (healthy && server.health_down) {
     server.health_down = false;
     server.out_until = {};
+    if (server.stats != nullptr) {
+      server.stats->health_down.store(false, std::memory_order_relaxed);
+      server.stats->out_until_ms.store(0, std::memory_order_relaxed);
+    }
     LogF(LogLevel::kInfo, "upstream", "server %s is back (health check %s: %d)",
          Label(server).c_str(), config_.health_path.c_str(), status);
   } else if (!healthy && !server.health_down) {
     server.health_down = true;
-    LogF(LogLevel::kWarn, "upstream", "server %s taken out: health check %s failed: %s",
-         Label(server).c_str(), config_.health_path.c_str(),
-         status != 0 ? ("status " + std::to_string(status)).c_str() : result.detail.c_str());
+    const std::string why = "health check " + config_.health_path + " failed: " +
+                            (status != 0 ? "status " + std::to_string(status) : result.detail);
+    if (server.stats != nullptr) {
+      server.stats->SetReason(why);
+      server.stats->health_failed.fetch_add(1, std::memory_order_relaxed);
+      server.stats->health_down.store(true, std::memory_order_relaxed);
+    }
+    LogF(LogLevel::kWarn, "upstream", "server %s taken out: %s", Label(server).c_str(),
+         why.c_str());
   }
 }
 
@@ -356,6 +386,7 @@ void UpstreamGroup::ApplyResolved(const std::vector<Resolved>& resolved) {
           std::find(r.addresses.begin(), r.addresses.end(), server.address) != r.addresses.end();
       if (listed == !server.gone) continue;
       server.gone = !listed;
+      if (server.stats != nullptr) server.stats->gone.store(server.gone, std::memory_order_relaxed);
       if (server.gone) server.pool->Retire();
       LogF(LogLevel::kInfo, "upstream", "server %s %s address %s", Where(r.name).c_str(),
            server.gone ? "no longer resolves to" : "resolves again to",

@@ -19,6 +19,7 @@
 #include "conf/config.h"
 #include "proxy/net/event_util.h"
 #include "proxy/upstream/upstream.h"
+#include "proxy/upstream/upstream_stats.h"
 
 namespace idemgate {
 
@@ -27,9 +28,10 @@ class UpstreamGroup {
   // Runs a function on this group's loop, from any thread (Worker::Post).
   using Poster = std::function<void(std::function<void()>)>;
 
-  // `tls` (not owned; may be null) for an https group.
+  // `tls` (not owned; may be null) for an https group. `stats` (not owned; may be null): where
+  // this loop's per-server counters and state go (/metrics, /readyz).
   UpstreamGroup(event_base* base, std::string name, const Config::Upstream& config, SSL_CTX* tls,
-                Poster post);
+                Poster post, UpstreamStats* stats = nullptr);
   ~UpstreamGroup();
   UpstreamGroup(const UpstreamGroup&) = delete;
   UpstreamGroup& operator=(const UpstreamGroup&) = delete;
@@ -71,6 +73,7 @@ class UpstreamGroup {
     std::chrono::steady_clock::time_point out_until{};  // passive: left out until then
     bool health_down = false;  // the last active check failed: out until one passes
     bool checking = false;     // an active check is in progress
+    UpstreamStats::Entry* stats = nullptr;  // may be null
   };
   struct Call;
 
@@ -101,6 +104,7 @@ class UpstreamGroup {
   Config::Upstream config_;
   SSL_CTX* tls_;
   Poster post_;
+  UpstreamStats* stats_;
   bool least_conn_;
   std::vector<Server> servers_;
   size_t next_ = 0;  // round robin position

@@ -21,6 +21,8 @@ class Record:
         self.finals = {}       # key -> [answer] (same body)
         self.diff = []         # (key, answer) for deliberately different bodies
         self.hits = {}         # key -> set of nemesis actions that hit it in flight
+        self.active = {}       # fault -> how many are under way: a key that begins meanwhile is hit
+        self.settle = {}       # fault -> until when (monotonic) a key that begins is still hit
         self.recent = []       # keys other clients may send concurrently
         self.gave_up = set()
         self.gave_up_why = {}  # key -> the last answer before giving up
@@ -32,6 +34,28 @@ class Record:
         with self.lock:
             self.inflight[key] = self.inflight.get(key, 0) + 1
             self.requests += 1
+            now = time.monotonic()
+            for reason in list(self.active) + [r for r, t in self.settle.items() if t > now]:
+                self.hits.setdefault(key, set()).add(reason)
+
+    def fault_begins(self, reason):
+        """Marks the keys in flight, and every key that begins until fault_ends(reason): a
+        request sent during a fault and answered before its end is hit by it too."""
+        with self.lock:
+            self.active[reason] = self.active.get(reason, 0) + 1
+        return self.mark_inflight(reason)
+
+    def fault_ends(self, reason, settle_s=0.0):
+        """Marks the keys in flight; keys that begin within `settle_s` are still hit (a fault
+        whose effect outlasts it: the gateways' and the backend's connections to a restarted
+        database are made again, and a fencing backend's own transactions wait for them)."""
+        self.mark_inflight(reason)
+        with self.lock:
+            self.active[reason] -= 1
+            if not self.active[reason]:
+                del self.active[reason]
+            until = time.monotonic() + settle_s
+            self.settle[reason] = max(self.settle.get(reason, 0.0), until)
 
     def end(self, key, status):
         with self.lock:

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 
-from .upstream import _Server
+from .upstream import JsonHandler, _Server
 
 _pq = ctypes.CDLL(ctypes.util.find_library("pq") or "libpq.so.5")
 _pq.PQconnectdb.restype = ctypes.c_void_p
@@ -102,25 +102,7 @@ class FencingLog:
 def make_handler(log, fence, rng, rng_lock, slow_s):
     local = threading.local()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def _answer(self, status, obj):
-            import json
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("X-Exec-Id", obj.get("exec", "-"))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._answer(200, {"ok": True})
-
+    class Handler(JsonHandler):
         def _execute(self, key, exec_id, body):
             """One transaction: the fence, then the business write. True once committed."""
             if getattr(local, "conn", None) is None:
@@ -161,22 +143,7 @@ def make_handler(log, fence, rng, rng_lock, slow_s):
                     return self._answer(409, dict(obj, error="attempt_fenced"))
                 # Rolled back, nothing done; a final answer (a 503 would be retried forever).
                 return self._answer(500, dict(obj, error="ledger_unavailable"))
-            with rng_lock:
-                r = rng.random()
-            if r < 0.70:
-                self._answer(201, obj)
-            elif r < 0.78:
-                self._answer(400, dict(obj, error="declined"))
-            elif r < 0.86:
-                self._answer(500, dict(obj, error="boom"))
-            elif r < 0.93:
-                time.sleep(slow_s)  # past the gateway's response_timeout: 504 upstream_timeout
-                try:
-                    self._answer(201, obj)
-                except OSError:
-                    pass
-            else:
-                self.close_connection = True  # closes without answering: 502 upstream_failed
+            self._answer_executed(obj, rng, rng_lock, slow_s)
 
     return Handler
 

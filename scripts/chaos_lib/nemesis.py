@@ -9,6 +9,10 @@ import time
 
 from .gateway import LEASE_S, Idemgate
 
+# After a database restart or failover, the gateways' connections (and a fencing backend's) are
+# made again: a request that begins within a lease of it may still find its completion failing.
+DB_SETTLE_S = LEASE_S
+
 
 class DiskFull:
     """A small tmpfs under the store, filled and emptied on demand (needs root to mount)."""
@@ -125,6 +129,8 @@ class Nemesis:
 
     def _pause(self, seconds, reason):
         gw = self.rng.choice(self.gws)
+        # Only what is in flight: a request sent meanwhile waits in the paused one's backlog (or
+        # goes to the other gateway) and runs normally after.
         self.rec.mark_inflight(reason) if reason else None
         gw.pause()
         time.sleep(seconds)
@@ -142,13 +148,13 @@ class Nemesis:
 
     def _window(self, reason, seconds, **faults):
         gw = self.gws[0]  # disk faults: RocksDB, one gateway
-        self.rec.mark_inflight(reason)
+        self.rec.fault_begins(reason)
         gw.faults.set(**faults)
         time.sleep(seconds)
         self.rec.mark_inflight(reason)
         gw.faults.set(sync_fail=0, sync_stall_ms=0, sync_stall_count=-1)
         time.sleep(0.3)
-        self.rec.mark_inflight(reason)
+        self.rec.fault_ends(reason)
 
     def disk_fail(self):
         self.bump("disk faults")
@@ -175,13 +181,13 @@ class Nemesis:
 
     def fill_disk(self):
         self.bump("disk full")
-        self.rec.mark_inflight("disk full")
+        self.rec.fault_begins("disk full")
         self.disk_full.fill()
         time.sleep(self.rng.uniform(0.5, 2.0))
         self.rec.mark_inflight("disk full")
         self.disk_full.empty()
         time.sleep(0.3)
-        self.rec.mark_inflight("disk full")
+        self.rec.fault_ends("disk full")
 
     def db_restart(self):
         """The primary restarted (crash or fast shutdown), or the synchronous standby (the
@@ -189,21 +195,21 @@ class Nemesis:
         node, crash = self.rng.choice([(self.cluster.primary, True), (self.cluster.primary, False),
                                        (self.cluster.standby, self.rng.random() < 0.5)])
         self.bump("db restarts")
-        self.rec.mark_inflight("db restart")
+        self.rec.fault_begins("db restart")
         t0 = time.monotonic()
         self.cluster.restart(node, crash)
         self.stats.setdefault("db restart s", []).append(time.monotonic() - t0)
-        self.rec.mark_inflight("db restart")
+        self.rec.fault_ends("db restart", settle_s=DB_SETTLE_S)
 
     def failover(self):
         freeze = self.freeze == "always" or self.rng.random() < 0.5
         self.bump("failovers")
         if freeze:
             self.bump("failovers after a frozen WAL receiver")
-        self.rec.mark_inflight("failover")
+        self.rec.fault_begins("failover")
         promoted, took = self.cluster.failover(
             freeze_s=self.rng.uniform(0.5, 1.5) if freeze else 0.0,
             on_killed=lambda: self.rec.mark_inflight("failover"))
-        self.rec.mark_inflight("failover")
+        self.rec.fault_ends("failover", settle_s=DB_SETTLE_S)
         self.stats.setdefault("promote s", []).append(promoted)
         self.stats.setdefault("failover s", []).append(took)

@@ -88,3 +88,38 @@ class ChecksTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FaultWindowTest(unittest.TestCase):
+    def test_a_request_sent_and_answered_during_a_fault_is_hit_by_it(self):
+        # Sent after the fault began and answered before it ended: in flight at neither mark.
+        rec = Record()
+        rec.fault_begins("db restart")
+        rec.begin("during")
+        rec.end("during", 502)
+        rec.fault_ends("db restart", settle_s=60)
+        rec.begin("after")  # within the settle time: the connections are still being made again
+        rec.end("after", 201)
+        self.assertEqual(rec.hits.get("during"), {"db restart"})
+        self.assertEqual(rec.hits.get("after"), {"db restart"})
+        violations, _, not_recorded = run_key(rec, "during", [NOT_RECORDED], created("e1"))
+        self.assertEqual(violations, [])
+        self.assertEqual(not_recorded, {"db restart": 1})
+
+    def test_a_request_after_the_settle_time_is_not_hit(self):
+        rec = Record()
+        rec.fault_begins("failover")
+        rec.fault_ends("failover", settle_s=0)
+        rec.begin("later")
+        self.assertIsNone(rec.hits.get("later"))
+        violations, _, _ = run_key(rec, "later", [NOT_RECORDED], created("e1"))
+        self.assertEqual(len(violations), 1)
+
+
+def run_key(rec, key, answers, replay):
+    rec.body[key] = "{}"
+    rec.finals[key] = list(answers)
+    violations = []
+    twice, not_recorded = checks.check(rec, [(key, "e1", "{}", 0)], {key: replay}, True,
+                                       violations)
+    return violations, twice, not_recorded

@@ -32,48 +32,55 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         pass  # a client (the gateway) that went away mid-request
 
 
+class JsonHandler(http.server.BaseHTTPRequestHandler):
+    """What both campaign upstreams share: HTTP/1.1, quiet, JSON answers, GET is a health check."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Exec-Id", obj.get("exec", "-"))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._answer(200, {"ok": True})
+
+    def _answer_executed(self, obj, rng, rng_lock, slow_s):
+        """The answer to an executed request, drawn: 201, 400, 500, a 201 too late (504
+        upstream_timeout), or a close without answering (502 upstream_failed)."""
+        with rng_lock:
+            r = rng.random()
+        if r < 0.70:
+            self._answer(201, obj)
+        elif r < 0.78:
+            self._answer(400, dict(obj, error="declined"))
+        elif r < 0.86:
+            self._answer(500, dict(obj, error="boom"))
+        elif r < 0.93:
+            time.sleep(slow_s)  # past the gateway's response_timeout: 504 upstream_timeout
+            try:
+                self._answer(201, obj)
+            except OSError:
+                pass
+        else:
+            self.close_connection = True  # closes without answering: 502 upstream_failed
+
+
 def make_handler(log, rng, rng_lock, slow_s):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def _answer(self, status, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("X-Exec-Id", obj.get("exec", "-"))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self._answer(200, {"ok": True})
-
+    class Handler(JsonHandler):
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n).decode(errors="replace")
             key = self.headers.get("Idempotency-Key") or ""
             exec_id = uuid.uuid4().hex
             log.add(key, exec_id, body)
-            with rng_lock:
-                r = rng.random()
-            obj = {"exec": exec_id, "key": key}
-            if r < 0.70:
-                self._answer(201, obj)
-            elif r < 0.78:
-                self._answer(400, dict(obj, error="declined"))
-            elif r < 0.86:
-                self._answer(500, dict(obj, error="boom"))
-            elif r < 0.93:
-                time.sleep(slow_s)  # past the gateway's response_timeout: 504 upstream_timeout
-                try:
-                    self._answer(201, obj)
-                except OSError:
-                    pass
-            else:
-                self.close_connection = True  # closes without answering: 502 upstream_failed
+            self._answer_executed({"exec": exec_id, "key": key}, rng, rng_lock, slow_s)
 
     return Handler
 

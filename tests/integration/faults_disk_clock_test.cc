@@ -147,6 +147,31 @@ bool FlushedToTable(const std::string& dir) {
   return tables > 0 && logs == 1;
 }
 
+// A claim's WAL sync stalls past store.confirm_timeout (1 s here): the client is told 503 at the
+// timeout instead of waiting for the disk, nothing goes upstream, and once the sync ends the late
+// claim is given back, so the same request then executes, once.
+TEST_F(FaultsDiskClockTest, ClaimStalledPastTheConfirmTimeoutIs503AndTheKeyIsGivenBack) {
+  Set("store", "confirm_timeout", "\"1s\"");
+  StartWithShim();
+  ASSERT_EQ(Post("k-warm", "{}").status, 201);
+  SetFaults("sync_stall_ms = 3000\nsync_stall_count = 1\nsync_match = .log\n");
+  HttpResponse stalled = Post("k-1", R"({"n":1})");  // without the timeout: a 201 after 3 s
+  ASSERT_EQ(stalled.status, 503) << stalled.raw << gateway_.log();
+  EXPECT_EQ(ErrorCodeOf(stalled), "store_unavailable") << stalled.body;
+  EXPECT_NE(stalled.body.find("has not confirmed the claim"), std::string::npos) << stalled.body;
+  ASSERT_TRUE(gateway_.WaitForOutput("fdatasync stalled")) << gateway_.log();
+  EXPECT_EQ(Executions(R"({"n":1})"), 0);
+  // The stall ends and the late claim is released: the key is free, not in flight.
+  HttpResponse retried;
+  for (int i = 0; i < 100; ++i) {
+    retried = Post("k-1", R"({"n":1})");
+    if (retried.status != 409 && retried.status != 503) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_EQ(retried.status, 201) << retried.raw << gateway_.log();
+  EXPECT_EQ(Executions(R"({"n":1})"), 1);
+}
+
 // #1 (the issue's timeline, stretched): A's in-flight record is only on disk (18 MiB of
 // completions around it flushed the memtable), so a retry B inside A's lease goes to the store's
 // writer, which is stalled in a WAL fdatasync past A's lease. B must be decided as of its arrival
@@ -157,6 +182,8 @@ TEST_F(FaultsDiskClockTest, StalledSyncDoesNotTurnARetryInsideTheLeaseIntoATakeo
   Set("idempotency", "lease", "\"10s\"");
   Set("upstream", "response_timeout", "\"8s\"");
   Set("limits", "max_response_body", "\"32MiB\"");
+  // B waits out the stall (up to ~10 s): store.confirm_timeout must not answer it first.
+  Set("store", "confirm_timeout", "\"1m\"");
   constexpr milliseconds kLease(10'000);
   constexpr milliseconds kAnswerA(7'500);
   constexpr milliseconds kSlow(60'000);  // for the big answers in a sanitizer build

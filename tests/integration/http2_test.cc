@@ -3,15 +3,13 @@
 // (--http2-prior-knowledge on a plain port, --http2 by ALPN on TLS) and nghttp. The seed
 // transcript, fifty concurrent streams on one connection with one key, a request retried over
 // the other protocol, and listen.http2 = false.
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <csignal>
 #include <functional>
 #include <regex>
 #include <string>
 
 #include "tests/integration/gateway_fixture.h"
+#include "tests/support/h2_socket.h"
 #include "tests/support/h2_test_client.h"
 #include "tests/support/loopback.h"
 #include "tests/support/tls_tools.h"
@@ -23,29 +21,6 @@ constexpr char kBody[] = R"({"amount":"100000000"})";
 constexpr char kUpstreamBody[] = R"({"id":"pi_1","state":"created"})";
 
 using namespace std::chrono_literals;
-
-// Moves bytes between an in-memory HTTP/2 client and its socket to the gateway until `done()`
-// or the timeout; false on timeout.
-bool PumpSocket(h2test::TestClient& client, int fd, const std::function<bool()>& done,
-                std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const std::string out = client.TakeOutput();
-    for (size_t sent = 0; sent < out.size();) {
-      const ssize_t n = send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return done();
-      sent += static_cast<size_t>(n);
-    }
-    if (done()) return true;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 20) <= 0) continue;
-    char buf[16384];
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return done();
-    client.Feed(std::string(buf, static_cast<size_t>(n)));
-  }
-  return false;
-}
 
 h2test::Fields KeyedFields(const std::string& key) {
   return {{"authorization", "Bearer merchant-demo"},

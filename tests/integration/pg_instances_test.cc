@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/integration/pg_fixture.h"
 
@@ -229,6 +231,40 @@ TEST_F(PgGatewaysTest, AnInstanceWithAnotherScopeSecretIsRefused) {
   ASSERT_TRUE(status && status->exited() && status->code() == 1) << other.log();
   EXPECT_NE(other.log().find("scope.secret_file"), std::string::npos) << other.log();
   EXPECT_EQ(Post(0, "k-one", "{}").status, 201);  // the first instance is unaffected
+}
+
+// A fleet rolled out at once on a new database: every instance creates the schema (and the
+// first to get there builds the key_hash index CONCURRENTLY, which waits for the others' schema
+// transactions while they wait for its lock: PostgreSQL aborts one as a deadlock). Every
+// instance must start, every time.
+TEST_F(PgGatewaysTest, InstancesStartingTogetherOnANewDatabaseAllStart) {
+  Set("store.postgres", "dsn", "\"" + pg_.Dsn(0) + "\"");
+  for (int trial = 0; trial < 4; ++trial) {
+    std::string error;
+    ASSERT_TRUE(pg_.Exec(0, "DROP SCHEMA public CASCADE; CREATE SCHEMA public", nullptr, &error))
+        << error;
+    std::vector<std::unique_ptr<GatewayProcess>> fleet;
+    for (int i = 0; i < 3; ++i) {
+      Set("store", "path", "\"" + dir_.Path("fleet" + std::to_string(i)) + "\"");
+      std::string text;
+      for (const auto& [section, keys] : sections_) {
+        text += "[" + section + "]\n";
+        for (const auto& [key, literal] : keys) text += key + " = " + literal + "\n";
+      }
+      fleet.push_back(std::make_unique<GatewayProcess>());
+      const std::string path = dir_.WriteFile("fleet" + std::to_string(i) + ".toml", text);
+      ASSERT_TRUE(fleet.back()->Start(IDEMGATE_BIN, {"--config", path})) << fleet.back()->error();
+    }
+    for (auto& gateway : fleet) {
+      const int port = gateway->WaitForPort();
+      ASSERT_NE(port, 0) << "trial " << trial << ": " << gateway->log();
+      HeaderList headers = kMerchant;
+      headers.emplace_back("Idempotency-Key", "fleet-" + std::to_string(trial));
+      EXPECT_EQ(TestClient(port).Request("POST", "/v1/payment_intents", headers, "{}").status,
+                201)
+          << gateway->log();
+    }
+  }
 }
 
 }  // namespace

@@ -359,36 +359,18 @@ bool PatroniCluster::RestartEtcd(std::string* error) {
 }
 
 std::string PatroniCluster::Dsn(int node) const {
-  return "host=127.0.0.1 port=" + std::to_string(nodes_.at(node).pg_port) +
-         " user=idemgate dbname=postgres connect_timeout=3";
+  return LoopbackDsn(nodes_.at(node).pg_port, " connect_timeout=3");
 }
 
 std::string PatroniCluster::MultiHostDsn() const {
-  std::string hosts, ports;
-  for (const Node& n : nodes_) {
-    hosts += (hosts.empty() ? "" : ",") + std::string("127.0.0.1");
-    ports += (ports.empty() ? "" : ",") + std::to_string(n.pg_port);
-  }
-  return "host=" + hosts + " port=" + ports +
-         " user=idemgate dbname=postgres target_session_attrs=read-write connect_timeout=10";
+  std::vector<int> ports;
+  for (const Node& n : nodes_) ports.push_back(n.pg_port);
+  return LoopbackMultiHostDsn(ports, " connect_timeout=10");
 }
 
 bool PatroniCluster::Exec(int node, const std::string& sql, std::string* out,
                           std::string* error) const {
-  PGconn* c = PQconnectdb(Dsn(node).c_str());
-  bool ok = PQstatus(c) == CONNECTION_OK;
-  if (ok) {
-    PGresult* r = PQexec(c, sql.c_str());
-    ExecStatusType st = PQresultStatus(r);
-    ok = st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
-    if (ok && out != nullptr) *out = PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
-    if (!ok) *error = PQresultErrorMessage(r);
-    PQclear(r);
-  } else {
-    *error = PQerrorMessage(c);
-  }
-  PQfinish(c);
-  return ok;
+  return ExecSql(Dsn(node), sql, out, error);
 }
 
 }  // namespace idemgate::test

@@ -207,34 +207,47 @@ pid_t PgCluster::WalReceiverPid(int node) const {
   return atoi(pid.c_str());
 }
 
-std::string PgCluster::Dsn(int node) const {
-  return "host=127.0.0.1 port=" + std::to_string(nodes_.at(node).port) +
-         " user=idemgate dbname=postgres";
+std::string LoopbackDsn(int port, const std::string& extra) {
+  return "host=127.0.0.1 port=" + std::to_string(port) + " user=idemgate dbname=postgres" + extra;
 }
 
-std::string PgCluster::MultiHostDsn() const {
-  std::string hosts, ports;
-  for (const Node& n : nodes_) {
+std::string LoopbackMultiHostDsn(const std::vector<int>& ports, const std::string& extra) {
+  std::string hosts, list;
+  for (int port : ports) {
     hosts += (hosts.empty() ? "" : ",") + std::string("127.0.0.1");
-    ports += (ports.empty() ? "" : ",") + std::to_string(n.port);
+    list += (list.empty() ? "" : ",") + std::to_string(port);
   }
-  return "host=" + hosts + " port=" + ports +
-         " user=idemgate dbname=postgres target_session_attrs=read-write";
+  return "host=" + hosts + " port=" + list +
+         " user=idemgate dbname=postgres target_session_attrs=read-write" + extra;
 }
 
-bool PgCluster::Exec(int node, const std::string& sql, std::string* out, std::string* error) const {
-  PGconn* c = PQconnectdb(Dsn(node).c_str());
+bool ExecSql(const std::string& dsn, const std::string& sql, std::string* out, std::string* error) {
+  PGconn* c = PQconnectdb(dsn.c_str());
   bool ok = PQstatus(c) == CONNECTION_OK;
   if (ok) {
     PGresult* r = PQexec(c, sql.c_str());
     ExecStatusType st = PQresultStatus(r);
     ok = st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
     if (ok && out != nullptr) *out = PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+    if (!ok) *error = PQresultErrorMessage(r);
     PQclear(r);
+  } else {
+    *error = PQerrorMessage(c);
   }
-  if (!ok) *error = PQerrorMessage(c);
   PQfinish(c);
   return ok;
+}
+
+std::string PgCluster::Dsn(int node) const { return LoopbackDsn(nodes_.at(node).port); }
+
+std::string PgCluster::MultiHostDsn() const {
+  std::vector<int> ports;
+  for (const Node& n : nodes_) ports.push_back(n.port);
+  return LoopbackMultiHostDsn(ports);
+}
+
+bool PgCluster::Exec(int node, const std::string& sql, std::string* out, std::string* error) const {
+  return ExecSql(Dsn(node), sql, out, error);
 }
 
 }  // namespace idemgate::test

@@ -12,6 +12,15 @@
 
 namespace idemgate::test {
 
+// "host=127.0.0.1 port=P user=idemgate dbname=postgres" + `extra` (" connect_timeout=3").
+std::string LoopbackDsn(int port, const std::string& extra = "");
+// Every port's host in one libpq DSN with target_session_attrs=read-write (libpq finds the
+// primary), + `extra`.
+std::string LoopbackMultiHostDsn(const std::vector<int>& ports, const std::string& extra = "");
+// Runs `sql` on a new connection to `dsn`; the first column of the first row into *out (when
+// not null); false with the server's or libpq's message in *error.
+bool ExecSql(const std::string& dsn, const std::string& sql, std::string* out, std::string* error);
+
 class PgCluster {
  public:
   PgCluster() = default;

@@ -69,7 +69,7 @@ class FakeClientEnv final : public ClientEnv {
     ASSERT_NE(entry, nullptr);
     entries.push_back(FormatEntry(*entry));
   }
-  void RecordConnectionError(ErrorCode code, std::string_view, size_t) override {
+  void RecordConnectionError(ErrorCode code, Protocol, std::string_view, size_t) override {
     connection_errors.push_back(code);
   }
   void RecordAnswerDropped() override {}

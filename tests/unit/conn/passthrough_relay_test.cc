@@ -13,7 +13,7 @@ namespace {
 
 class RelayTest : public ::testing::Test {
  protected:
-  RelayTest() : relay_(&env_, &sink_, "192.0.2.7") {
+  RelayTest() : relay_(&env_, &sink_, client_ip_) {
     env_.config->upstream.addr = HostPort{"127.0.0.1", 8080};
     env_.config->upstream.response_timeout_ms = 1234;
   }
@@ -45,6 +45,7 @@ class RelayTest : public ::testing::Test {
 
   FakeClientEnv env_;
   RecordingStreamSink sink_;
+  const std::string client_ip_ = "192.0.2.7";  // the relay keeps a reference
   PassthroughRelay relay_;
 };
 

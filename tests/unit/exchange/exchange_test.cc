@@ -223,6 +223,11 @@ TEST_F(ExchangeTest, UpstreamDeadlineEndsBeforeTheLeaseLessTheMargin) {
 }
 
 TEST_F(ExchangeTest, ClaimThatTookTheWholeLeaseIsReleasedAndNotForwarded) {
+  // The store decided in time; only its result is late: with the claim timeout out of the way,
+  // the lease check is what answers.
+  auto config = std::make_shared<Config>(*config_);
+  config->store.confirm_timeout_ms = 60'000;
+  config_ = config;
   int id = Begin(Post("k1"));
   store_.Step();           // decided at t=0 with a 30 s lease
   env_.Advance(29'500);    // the result reaches the loop late (a paused process)
@@ -378,6 +383,51 @@ TEST_F(ExchangeTest, LateClaimAfterAnEarlyAnswerReleasesAndNeverForwards) {
   EXPECT_TRUE(store_.records.empty());
   EXPECT_EQ(Get(id), nullptr);
   EXPECT_EQ(sinks_[id]->answers.size(), 1u);  // answered once
+}
+
+// store.confirm_timeout (10 s by default): a claim the store has not confirmed by then (a
+// PostgreSQL primary waiting for a synchronous standby that is gone) is answered 503 at once;
+// when it lands after all, the key is given back and nothing goes upstream.
+TEST_F(ExchangeTest, ClaimUnconfirmedPastTheConfirmTimeoutIs503AndTheLateClaimIsGivenBack) {
+  int id = Begin(Post("k1"));
+  env_.Advance(9'999);
+  EXPECT_TRUE(sinks_[id]->answers.empty());
+  env_.Advance(1);
+  EXPECT_EQ(Only(id).response.status, 503);
+  EXPECT_NE(Only(id).response.body.find("has not confirmed the claim"), std::string::npos);
+  ASSERT_NE(Get(id), nullptr);  // still waiting for its claim
+  Settle();                     // the claim lands: released, never forwarded
+  EXPECT_TRUE(env_.upstream.empty());
+  EXPECT_EQ(store_.releases, 1);
+  EXPECT_TRUE(store_.records.empty());
+  EXPECT_EQ(Get(id), nullptr);
+  // A claim confirmed in time is not cut by the timeout, however long the upstream takes.
+  int next = Begin(Post("k2"));
+  Settle();
+  env_.Advance(15'000);
+  AnswerUpstream(0, Answer(201, "pi_2"));
+  Settle();
+  EXPECT_EQ(Only(next).response.status, 201);
+}
+
+// A completion the store neither confirms nor fails: store.confirm_timeout (10 s) after the
+// lease's end the client is told the outcome is unknown (502) instead of waiting on; when the
+// completion lands, a retry replays it.
+TEST_F(ExchangeTest, CompletionUnconfirmedPastTheLeaseIs502AndALateOneIsReplayed) {
+  int id = Begin(Post("k1"));
+  Settle();
+  AnswerUpstream(0, Answer(201, "pi_1"));
+  env_.RunPosted();          // the completion is queued; the store does not answer
+  env_.Advance(39'999);      // the lease (30 s from the claim) and 10 s more
+  EXPECT_TRUE(sinks_[id]->answers.empty());
+  env_.Advance(1);
+  EXPECT_EQ(Only(id).response.status, 502);
+  EXPECT_NE(Only(id).response.body.find("could not be recorded"), std::string::npos);
+  ASSERT_NE(Get(id), nullptr);  // still waiting for its completion
+  Settle();
+  EXPECT_EQ(Get(id), nullptr);
+  EXPECT_EQ(sinks_[id]->answers.size(), 1u);
+  EXPECT_EQ(Only(Begin(Post("k1"))).response.body, "pi_1");
 }
 
 TEST_F(ExchangeTest, LateUpstreamAnswerAfterAnEarlyAnswerIsStillStored) {

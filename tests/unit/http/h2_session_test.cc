@@ -229,6 +229,64 @@ TEST(H2Session, UnreadStreamDoesNotHoldBackTheOthers) {
   EXPECT_EQ(p.handler.drained, std::vector<int32_t>{slow});
 }
 
+// A handler that, when a streamed answer drains, queues the next piece and pulls the output
+// at once (as a relay resuming its upstream does through H2Conn): every byte reaches the
+// client once and in order. (Pulling inside the drained call used to reuse the bytes of the
+// send it came from, which the nested send had overwritten.)
+struct Refiller : Recorder {
+  std::string* wire = nullptr;
+  int32_t stream = 0;
+  int pieces_left = 0;
+  std::string sent;
+  void OnResponseDrained(int32_t id) override {
+    Recorder::OnResponseDrained(id);
+    if (id != stream || pieces_left == 0) return;
+    --pieces_left;
+    const std::string piece(40'000, static_cast<char>('a' + pieces_left % 26));
+    sent += piece;
+    session->AppendBody(id, piece);
+    if (pieces_left == 0) session->EndBody(id);
+    for (std::string_view piece = session->PullOutput(); !piece.empty();
+         piece = session->PullOutput()) {
+      wire->append(piece);  // each piece as it comes, as H2Conn adds it to the socket
+    }
+  }
+};
+
+TEST(H2Session, DrainedHandlerThatPullsOutputKeepsTheBytesInOrder) {
+  Refiller handler;
+  TestClient client;
+  H2Session server(&handler, {});
+  handler.session = &server;
+  const int32_t id = client.Request("GET", "/big");
+  Pump(client, server);
+  ASSERT_TRUE(server.SubmitResponseHead(id, H2StreamedAnswerFields(Created(""), -1, "r"), false));
+  handler.sent = std::string(40'000, 'z');
+  ASSERT_TRUE(server.AppendBody(id, handler.sent));
+  handler.stream = id;
+  handler.pieces_left = 20;
+  for (int i = 0; i < 1000 && !client.streams[id].closed; ++i) {
+    std::string wire;
+    handler.wire = &wire;
+    const std::string up = client.TakeOutput();
+    if (!up.empty()) server.Receive(up);
+    for (std::string_view piece = server.PullOutput(); !piece.empty();
+         piece = server.PullOutput()) {
+      wire.append(piece);
+    }
+    client.Feed(wire);
+  }
+  EXPECT_TRUE(client.streams[id].closed);
+  EXPECT_EQ(client.streams[id].error_code, 0u);
+  EXPECT_EQ(handler.pieces_left, 0);
+  const std::string& got = client.streams[id].body;
+  size_t at = 0;
+  while (at < got.size() && at < handler.sent.size() && got[at] == handler.sent[at]) ++at;
+  EXPECT_EQ(at, handler.sent.size()) << "first difference at " << at << " of " << got.size()
+                                     << ": " << got.substr(at, 8) << " vs "
+                                     << handler.sent.substr(at, 8);
+}
+
 // A streamed answer whose pieces come later (the upstream's) waits for them, then ends.
 TEST(H2Session, StreamedAnswerWaitsForItsPieces) {
   Pair p;

@@ -68,7 +68,13 @@ TEST(AccessLogFormat, LineFieldsAndEscaping) {
       << line;
   EXPECT_EQ(line.find("key_hash"), std::string::npos);
   EXPECT_EQ(line.find("error"), std::string::npos);
-  EXPECT_EQ(line.find("wait_ms"), std::string::npos);  // did not wait
+  EXPECT_EQ(line.find("wait_ms"), std::string::npos);   // did not wait
+  EXPECT_EQ(line.find("protocol"), std::string::npos);  // none given: omitted
+  e.protocol = "HTTP/2";  // SPEC §14: the protocol the client spoke, after the path
+  line = FormatAccessLine(e);
+  EXPECT_NE(line.find(R"("path":"/a\"b\\c\u0001\u00c3\u00a9","protocol":"HTTP/2","client_ip")"),
+            std::string::npos)
+      << line;
   e.wait_us = 1'500'000;  // SPEC §10: how long the duplicate waited
   line = FormatAccessLine(e);
   EXPECT_NE(line.find(R"("upstream_ms":0.005,"wait_ms":1500.000,)"), std::string::npos) << line;
