@@ -158,7 +158,7 @@ bool Exchange::FastPath() {
   wait_epoch_ = env_->waits().Epoch(wait_key_);
   if (ReplayCache* cache = env_->replay_cache()) {
     std::optional<CachedReplay> hit = cache->Find(guard_.scope, guard_.key, env_->clock().NowMs());
-    if (hit && hit->fingerprint != FingerprintAsStored(guard_, hit->fingerprint)) {
+    if (hit && !MatchesCached(*hit)) {
       outcome_ = Outcome::kMismatch;
       RespondMismatch(hit->fingerprint);
       return true;
@@ -180,6 +180,7 @@ bool Exchange::FastPath() {
 // would judge it at `now_ms`: a replay, a mismatch, or in flight (wait, or 409). False when only
 // a claim can decide (fresh, takeover: writes, which the store's Claim decides atomically).
 bool Exchange::AnswerFromRecord(Record record, TimeMs now_ms) {
+  KeyFingerprint(*config_, &guard_);
   RecordVerdict verdict =
       JudgeRecord(record, FingerprintAsStored(guard_, record.fingerprint), now_ms);
   switch (verdict.outcome) {
@@ -206,7 +207,16 @@ void Exchange::RespondReplay(Record record) {
   RespondShared(ShareReplay(std::move(record)), true);
 }
 
+// E3: a cached replay holds the plain digest of a request that matched it; the same plain
+// digest is the same request, with no HMAC. Without one, the keyed fingerprint decides.
+bool Exchange::MatchesCached(const CachedReplay& hit) {
+  if (hit.plain && guard_.legacy_fingerprint) return *hit.plain == *guard_.legacy_fingerprint;
+  KeyFingerprint(*config_, &guard_);
+  return hit.fingerprint == FingerprintAsStored(guard_, hit.fingerprint);
+}
+
 void Exchange::Claim() {
+  KeyFingerprint(*config_, &guard_);
   SetPhase(Phase::kClaiming);
   ClaimRequest claim;
   claim.scope = guard_.scope;
@@ -458,6 +468,7 @@ void Exchange::RespondInUse(int64_t retry_after_s) {
 }
 
 void Exchange::RespondMismatch(const Fingerprint& stored) {
+  KeyFingerprint(*config_, &guard_);
   std::string detail = config_->idempotency.header + " \"" + guard_.key +
                        "\" was already used for a different request (fingerprint " +
                        FingerprintPrefix(stored) + ", got " +
@@ -496,7 +507,10 @@ void Exchange::RespondShared(std::shared_ptr<const StoredResponse> response, boo
 std::shared_ptr<const StoredResponse> Exchange::ShareReplay(Record record) {
   ReplayCache* cache = env_->replay_cache();
   if (!cache) return std::make_shared<const StoredResponse>(std::move(record.response));
-  return cache->Keep(guard_.scope, guard_.key, std::move(record), cache_generation_);
+  // The record matched this request (in the kind it was stored in), so this request's plain
+  // digest is the record's.
+  return cache->Keep(guard_.scope, guard_.key, std::move(record), cache_generation_,
+                     guard_.legacy_fingerprint);
 }
 
 void Exchange::RecordFinished() {

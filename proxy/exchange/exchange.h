@@ -22,6 +22,8 @@
 
 namespace idemgate {
 
+struct CachedReplay;
+
 struct Config;
 
 // What an exchange is doing, and so what it waits for.
@@ -83,6 +85,7 @@ class Exchange {
   void SetPhase(Phase next);
   bool FastPath();
   bool AnswerFromRecord(Record record, TimeMs now_ms);
+  bool MatchesCached(const CachedReplay& hit);
   void Claim();
   void OnClaim(ClaimResult result);
   // store.confirm_timeout passed with the claim unconfirmed: 503 now (R3b); the claim lands later.

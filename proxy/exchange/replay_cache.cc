@@ -32,7 +32,8 @@ uint64_t ReplayCache::generation() const {
 }
 
 std::shared_ptr<const StoredResponse> ReplayCache::Keep(const ScopeId& scope, std::string_view key,
-                                                        Record record, uint64_t generation) {
+                                                        Record record, uint64_t generation,
+                                                        std::optional<Fingerprint> plain) {
   std::string record_key = MakeRecordKey(scope, key);
   size_t bytes = SizeOf(record_key, record.response);
   auto response = std::make_shared<const StoredResponse>(std::move(record.response));
@@ -44,7 +45,9 @@ std::shared_ptr<const StoredResponse> ReplayCache::Keep(const ScopeId& scope, st
     EraseLocked(record_key);
   }
   lru_.push_front(Entry{
-      record_key, {record.fingerprint, record.expires_ms, response, StoredAtMs(record)}, bytes});
+      record_key,
+      {record.fingerprint, record.expires_ms, response, StoredAtMs(record), std::move(plain)},
+      bytes});
   index_[record_key] = lru_.begin();
   bytes_ += bytes;
   while (bytes_ > capacity_ && !lru_.empty()) EraseLocked(lru_.back().key);

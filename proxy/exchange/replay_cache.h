@@ -23,6 +23,10 @@ struct CachedReplay {
   TimeMs expires_ms = 0;
   std::shared_ptr<const StoredResponse> response;
   TimeMs stored_ms = 0;  // when the response was stored (R6: Age); 0 = not known
+  // Encryption on (E3): the plain F1 digest of a request that matched the stored (keyed)
+  // fingerprint, so that a replay from memory compares plain digests without an HMAC. Memory
+  // only, beside the opened answer the cache holds anyway; never stored.
+  std::optional<Fingerprint> plain;
 };
 
 // Thread-safe LRU of completed records, bounded in bytes (bodies, headers and keys).
@@ -39,9 +43,11 @@ class ReplayCache {
   // `record` (completed) as a shared response to answer with. It is also cached, unless a
   // delete came since `generation` was read (it may be gone already) or it is too large (over a
   // quarter of the capacity). When the record is cached already, the cached response is
-  // returned (one copy for everyone).
+  // returned (one copy for everyone). `plain`: the F1 digest of the request that matched it
+  // (CachedReplay::plain), when encryption keys the stored one.
   std::shared_ptr<const StoredResponse> Keep(const ScopeId& scope, std::string_view key,
-                                             Record record, uint64_t generation);
+                                             Record record, uint64_t generation,
+                                             std::optional<Fingerprint> plain = std::nullopt);
 
   // Evicts (scope, key); Keep calls that read the store before this will not cache.
   void Erase(const ScopeId& scope, std::string_view key);

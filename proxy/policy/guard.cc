@@ -399,13 +399,12 @@ Fingerprint ComputeFingerprint(const Request& request,
 // E3: the stored fingerprint is HMAC-SHA-256(K, F1 digest), K = HMAC-SHA-256(scope.secret,
 // "idemgate fingerprint key v1"). Per thread, a MAC context keyed with K for the last secret
 // seen: each request then re-initialises it with the same key (no digest fetch, no key setup).
-static void KeyFingerprint(std::string_view secret, GuardDecision* d) {
+static void KeyWithSecret(std::string_view secret, GuardDecision* d) {
   struct KeyedMac {
     std::string secret;
     std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx{nullptr, &EVP_MAC_CTX_free};
   };
   thread_local KeyedMac mac;
-  d->legacy_fingerprint = d->fingerprint;
   if (!mac.ctx || mac.secret != secret) {
     std::array<uint8_t, 32> key{};
     HmacSha256(secret, "idemgate fingerprint key v1", key.data());
@@ -499,8 +498,17 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   d.scope = ComputeScopeId(scope_header, *credential, config.scope.secret);
   d.fingerprint =
       ComputeFingerprint(request, config.idempotency.fingerprint_headers, config.route_host);
-  if (config.store.encryption.enabled) KeyFingerprint(config.scope.secret, &d);
+  if (config.store.encryption.enabled) {
+    d.legacy_fingerprint = d.fingerprint;
+    d.keyed_pending = true;
+  }
   return d;
+}
+
+void KeyFingerprint(const Config& config, GuardDecision* d) {
+  if (!d->keyed_pending || !d->legacy_fingerprint) return;
+  d->keyed_pending = false;
+  KeyWithSecret(config.scope.secret, d);
 }
 
 const Fingerprint& FingerprintAsStored(const GuardDecision& d, const Fingerprint& stored) {

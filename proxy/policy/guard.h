@@ -30,10 +30,17 @@ struct GuardDecision {
   // SPEC §13 E3, encryption on: `fingerprint` is HMAC-SHA-256 of this plain F1 digest under a
   // key derived from scope.secret; a record stored before encryption holds the plain one.
   std::optional<Fingerprint> legacy_fingerprint;
+  // Encryption on and the HMAC not computed yet: `fingerprint` still holds the plain digest.
+  // KeyFingerprint computes it before anything compares with or stores it; a replay from the
+  // replay cache compares plain digests in memory and never needs it.
+  bool keyed_pending = false;
 };
 
+// E3: computes the keyed fingerprint when it is pending (scope.secret keys it); no-op otherwise.
+void KeyFingerprint(const Config& config, GuardDecision* d);
+
 // The request's fingerprint in the kind `stored` was written in (E3): the plain one when the
-// record holds that, else the keyed one.
+// record holds that, else the keyed one. The keyed one must not be pending.
 const Fingerprint& FingerprintAsStored(const GuardDecision& d, const Fingerprint& stored);
 
 // G1-G2, S2-S4, K1-K2, F1-F3, in the SPEC's order. The request is complete (body decoded).

@@ -263,5 +263,23 @@ TEST_F(EncryptionTest, TurnedOnOverClearRecordsTheyReplayAndKeepTheirFingerprint
   EXPECT_EQ(upstream_.requests(), 2);
 }
 
+// E3 from the replay cache: its replays compare the request without an HMAC, and still replay
+// only the same request. A different one on a cached key gets 422 showing keyed fingerprints.
+TEST_F(EncryptionTest, ReplaysFromMemoryTellRequestsApartAsTheStoreDoes) {
+  Encrypt("k1", {{"k1", k1_}});
+  StartGateway();
+  ExpectTheAnswer(Post("cached", R"({"n":1})"), false);
+  for (int i = 0; i < 3; ++i) ExpectTheAnswer(Post("cached", R"({"n":1})"), true);  // cached
+  HttpResponse other = Post("cached", R"({"n":2})");
+  EXPECT_EQ(other.status, 422) << other.raw;
+  for (const char* body : {R"({"n":1})", R"({"n":2})"}) {
+    EXPECT_EQ(other.body.find(ExpectedFingerprintPrefix("POST", "/v1/payment_intents", body)),
+              std::string::npos)
+        << other.body;  // neither plain digest: the stored one and the request's are keyed
+  }
+  ExpectTheAnswer(Post("cached", R"({"n":1})"), true);
+  EXPECT_EQ(upstream_.requests(), 1);
+}
+
 }  // namespace
 }  // namespace idemgate::test

@@ -36,6 +36,20 @@ TEST(ReplayCache, EveryReplayOfARecordSharesOneResponse) {
   EXPECT_EQ(hit->response.get(), first.get());
   EXPECT_EQ(hit->fingerprint, Completed("").fingerprint);
   EXPECT_FALSE(cache.Find(Scope(2), "k", 10));  // another scope's key is another record
+  EXPECT_FALSE(hit->plain);  // encryption off: the stored fingerprint is the plain one
+}
+
+// Encryption on: the plain digest of the request that matched the keyed one is kept beside it.
+TEST(ReplayCache, KeepsThePlainDigestOfTheMatchingRequest) {
+  ReplayCache cache(1 << 20);
+  Fingerprint plain{};
+  plain.fill(9);
+  cache.Keep(Scope(1), "k", Completed("answer"), cache.generation(), plain);
+  auto hit = cache.Find(Scope(1), "k", 10);
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->fingerprint, Completed("").fingerprint);
+  ASSERT_TRUE(hit->plain);
+  EXPECT_EQ(*hit->plain, plain);
 }
 
 TEST(ReplayCache, ExpiredRecordIsNotFound) {

@@ -41,23 +41,39 @@ Fingerprint Expected(const std::string& secret, const Fingerprint& plain) {
   return f;
 }
 
+GuardDecision Keyed(const Config& config, const Request& r) {
+  GuardDecision d = EvaluateGuard(config, r);
+  KeyFingerprint(config, &d);
+  return d;
+}
+
 TEST(GuardKeyed, EncryptionKeysTheFingerprintAndKeepsThePlainOne) {
   const Request r = Post("{\"card\":\"4929381373652047\"}");
   const Fingerprint plain = ComputeFingerprint(r, {});
-  GuardDecision off = EvaluateGuard(Config{}, r);
+  const Config clear;
+  GuardDecision off = EvaluateGuard(clear, r);
   EXPECT_EQ(off.fingerprint, plain);
   EXPECT_FALSE(off.legacy_fingerprint);
 
   GuardDecision on = EvaluateGuard(Encrypted("secret-one"), r);
   ASSERT_EQ(on.kind, GuardKind::kGuarded);
+  // The HMAC waits until something compares with or stores the fingerprint.
+  EXPECT_TRUE(on.keyed_pending);
+  EXPECT_EQ(on.fingerprint, plain);
+  KeyFingerprint(Encrypted("secret-one"), &on);
+  EXPECT_FALSE(on.keyed_pending);
   EXPECT_EQ(on.fingerprint, Expected("secret-one", plain));
   ASSERT_TRUE(on.legacy_fingerprint);
   EXPECT_EQ(*on.legacy_fingerprint, plain);
-  EXPECT_EQ(EvaluateGuard(Encrypted("secret-one"), r).fingerprint, on.fingerprint);
+  KeyFingerprint(Encrypted("secret-one"), &on);  // once only
+  EXPECT_EQ(on.fingerprint, Expected("secret-one", plain));
+  EXPECT_EQ(Keyed(Encrypted("secret-one"), r).fingerprint, on.fingerprint);
   // Another secret (the per-thread key is derived again), another body: other fingerprints.
-  EXPECT_EQ(EvaluateGuard(Encrypted("secret-two"), r).fingerprint,
-            Expected("secret-two", plain));
-  EXPECT_NE(EvaluateGuard(Encrypted("secret-one"), Post("{}")).fingerprint, on.fingerprint);
+  EXPECT_EQ(Keyed(Encrypted("secret-two"), r).fingerprint, Expected("secret-two", plain));
+  EXPECT_NE(Keyed(Encrypted("secret-one"), Post("{}")).fingerprint, on.fingerprint);
+  // Without encryption nothing is pending and KeyFingerprint changes nothing.
+  KeyFingerprint(clear, &off);
+  EXPECT_EQ(off.fingerprint, plain);
   // A stored fingerprint is compared in the kind it was written in.
   EXPECT_EQ(FingerprintAsStored(on, plain), plain);
   EXPECT_EQ(FingerprintAsStored(on, on.fingerprint), on.fingerprint);
