@@ -90,12 +90,24 @@ void H2Conn::OnRead() {
     const bool more = session_.Receive(std::string_view(data, len));
     in_session_ = false;
     evbuffer_drain(in, len);
+    StartRelays();
     if (!more) {
       evbuffer_drain(in, evbuffer_get_length(in));  // the connection is over: input is ignored
       break;
     }
   }
   Flush();
+}
+
+// The relays whose heads came in the bytes just handed to the session: their calls start now,
+// each with the body that came along (one write upstream, not a head and then each DATA).
+void H2Conn::StartRelays() {
+  std::vector<int32_t> ids = std::move(starting_);
+  starting_.clear();
+  for (int32_t id : ids) {
+    auto it = streams_.find(id);
+    if (it != streams_.end() && it->second->relay) it->second->relay->StartCall();
+  }
 }
 
 void H2Conn::OnWritten() {
@@ -158,6 +170,7 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_strea
     H2Relay* relay = stream->relay.get();
     streams_[id] = std::move(stream);
     relay->Start(std::move(relayed), end_stream, *streams_[id]->route);
+    starting_.push_back(id);
     return plan;
   }
   deadlines_.emplace_back(env_->MonoUs() / 1000 + config_->limits.client_timeout_ms, id);
@@ -249,11 +262,16 @@ void H2Conn::Flush() {
   if (closed_ || flushing_) return;
   evbuffer* out = bufferevent_get_output(bev_);
   flushing_ = true;
-  while (evbuffer_get_length(out) < kWriteHigh) {
+  // Frames are gathered and handed to the socket's buffer once: over TLS each add to it is an
+  // SSL_write (a record and a write(2) of its own), and an answer is two or three frames.
+  std::string staged;
+  const size_t queued = evbuffer_get_length(out);
+  while (queued + staged.size() < kWriteHigh) {
     const std::string_view piece = session_.PullOutput();
     if (piece.empty()) break;
-    evbuffer_add(out, piece.data(), piece.size());
+    staged.append(piece);
   }
+  if (!staged.empty()) evbuffer_add(out, staged.data(), staged.size());
   flushing_ = false;
   if (closed_) return;
   if (!session_.Finished()) return;

@@ -63,6 +63,7 @@ class H2Conn final : public H2SessionHandler {
               std::string_view extra_headers);
   void SubmitError(int32_t stream, ErrorCode code, const std::string& detail);
   void Flush();
+  void StartRelays();
   void OnIdleTimer();
   void OnRequestTimer();
   void ArmRequestTimer();
@@ -77,6 +78,7 @@ class H2Conn final : public H2SessionHandler {
   H2Session session_;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Stream>> retired_;  // closed, freed on the next event
+  std::vector<int32_t> starting_;  // relayed streams whose upstream call starts after Receive
   // Streams whose request has not fully arrived, oldest first, with their deadline
   // (client_timeout).
   std::deque<std::pair<int64_t, int32_t>> deadlines_;

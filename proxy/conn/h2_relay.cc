@@ -21,10 +21,21 @@ void H2Relay::Start(Request head, bool end_stream, const Config& route) {
   // A body without a content-length goes upstream chunked, as DATA frames come.
   head.chunked = !end_stream && head.content_length < 0;
   relay_.Begin(head, route, tls_);
+  pending_ = true;
+}
+
+void H2Relay::StartCall() {
+  if (!pending_) return;
+  pending_ = false;
   relay_.StartCall();
 }
 
 void H2Relay::OnBody(std::string_view piece) {
+  if (pending_) {  // one read's worth at most: it goes out with the head
+    relay_.RequestBody(piece);
+    session_->Consume(stream_, piece.size());
+    return;
+  }
   if (!relay_.calling() || piece.empty()) {  // answered (or failed): the rest is dropped
     session_->Consume(stream_, piece.size());
     return;
@@ -42,7 +53,10 @@ void H2Relay::OnEnd() { relay_.RequestEnd(); }
 
 void H2Relay::OnDrained() { relay_.PauseResponse(false); }
 
-void H2Relay::OnStreamGone(bool) { relay_.ClientGone(); }
+void H2Relay::OnStreamGone(bool) {
+  pending_ = false;  // never called
+  relay_.ClientGone();
+}
 
 void H2Relay::PauseRequestBody(bool paused) {
   paused_ = paused;

@@ -30,8 +30,11 @@ class H2Relay final : public StreamSink {
   H2Relay(const H2Relay&) = delete;
   H2Relay& operator=(const H2Relay&) = delete;
 
-  // The stream's head (`end_stream`: no body) under its route: the upstream call starts.
+  // The stream's head (`end_stream`: no body) under its route. The upstream call starts at
+  // StartCall, which the connection calls once the bytes read with the head are handed on: the
+  // DATA that came with it then goes upstream in the same write as the head.
   void Start(Request head, bool end_stream, const Config& route);
+  void StartCall();
   void OnBody(std::string_view piece);
   void OnEnd();
   // The stream's queued answer went out (H2SessionHandler::OnResponseDrained).
@@ -60,6 +63,7 @@ class H2Relay final : public StreamSink {
   bool tls_;
   bool head_request_ = false;
   bool no_body_ = false;   // HEAD, 204, 304: the answer's head ends the stream
+  bool pending_ = false;   // started, the upstream call not yet: DATA waits with the head
   bool paused_ = false;    // the upstream is behind: DATA is not acknowledged
   size_t unconsumed_ = 0;  // DATA forwarded while paused: acknowledged on resume
   PassthroughRelay relay_;

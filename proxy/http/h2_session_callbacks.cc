@@ -287,9 +287,13 @@ bool H2Session::Impl::Submit(Stream* s, const H2Fields& fields, bool with_body) 
   std::vector<nghttp2_nv> nva;
   nva.reserve(fields.size());
   for (const H2Field& f : fields) {
+    // A value new on every answer (X-Request-Id) would only push the repeated ones (server,
+    // content-type) out of HPACK's dynamic table: sent as a literal, never indexed.
+    const uint8_t flags =
+        f.name == "x-request-id" ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE;
     nva.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(f.name.data())),
                    reinterpret_cast<uint8_t*>(const_cast<char*>(f.value.data())), f.name.size(),
-                   f.value.size(), NGHTTP2_NV_FLAG_NONE});
+                   f.value.size(), flags});
   }
   nghttp2_data_provider provider{};
   provider.source.ptr = s;
