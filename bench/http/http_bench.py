@@ -44,6 +44,10 @@ def parse_args(argv):
                    help="after the rounds, perf-record idemgate (workers=1) under passthrough, "
                         "fresh and replay (those in --scenarios) for --duration s each; data "
                         "and reports go to DIR")
+    p.add_argument("--perf-targets", default="idemgate",
+                   help="with --perf: the targets profiled, comma-separated (default idemgate; "
+                        "e.g. idemgate-secret,idemgate-sealed); each target's reports get its "
+                        "name as a suffix unless it is idemgate")
     p.add_argument("--sync", choices=["true", "false"], default="true",
                    help="store.sync (default true; false only to see what the disk costs)")
     p.add_argument("--access-log", choices=["off", "on", "both"], default="off",
@@ -306,7 +310,11 @@ def fill(args, procs, tmp, upstream_port):
 def profile(args, tmp, target, upstream_pids):
     os.makedirs(args.perf, exist_ok=True)
     for sc in [s for s in args.scenarios.split(",") if s in ("passthrough", "fresh", "replay")]:
-        data = os.path.join(args.perf, "perf-%s.data" % sc)
+        if target.name != "idemgate":
+            sc_name = "%s-%s" % (sc, target.name)
+        else:
+            sc_name = sc
+        data = os.path.join(args.perf, "perf-%s.data" % sc_name)
         perf = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384",
                                  "-p", str(target.proc.pid), "-o", data, "--", "sleep",
                                  str(args.duration)], stdout=subprocess.DEVNULL,
@@ -315,10 +323,10 @@ def profile(args, tmp, target, upstream_pids):
         run_one(args, tmp, target, sc, "perf-" + sc, upstream_pids)
         perf.wait()
         for mode, extra in [("self", ["--no-children"]), ("children", ["--children"])]:
-            with open(os.path.join(args.perf, "report-%s-%s.txt" % (sc, mode)), "w") as f:
+            with open(os.path.join(args.perf, "report-%s-%s.txt" % (sc_name, mode)), "w") as f:
                 subprocess.run(["perf", "report", "-i", data, "--stdio", "--percent-limit", "0.7",
                                 "-g", "none"] + extra, stdout=f, stderr=subprocess.DEVNULL)
-        log("perf data for %s in %s" % (sc, data))
+        log("perf data for %s in %s" % (sc_name, data))
 
 
 def main(argv):
@@ -401,7 +409,10 @@ def main(argv):
         if STREAM in args.scenarios.split(","):
             stream_rounds(args, [t for t in targets if len(t.ports) == 1], results)
         if args.perf:
-            profile(args, tmp, g1, upstream_pids)
+            wanted = args.perf_targets.split(",")
+            for t in [g1] + [t for t in gateways if t is not g1 and t.name in wanted]:
+                if t.name in wanted:
+                    profile(args, tmp, t, upstream_pids)
         for t in gateways:
             for p in t.procs:
                 procs.stop(p)
