@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// HTTP/2 attacks against the real binary (SPEC §14 H5): rapid reset, a CONTINUATION flood and
-// a PING flood. Each connection ends with GOAWAY (ENHANCE_YOUR_CALM), the gateway's resident
+// HTTP/2 attacks against the real binary (SPEC §14 H5): rapid reset, a CONTINUATION flood, a
+// PING flood and a client that never reads. Each connection ends (the floods with GOAWAY
+// ENHANCE_YOUR_CALM, read by the client), the gateway's resident
 // memory grows by less than a generous bound, and a normal request on a second connection is
 // still answered. The CPU each flood cost is printed
 // ("cpu_ms=") for docs/http2.md, never asserted (the machine is shared).
@@ -49,13 +50,20 @@ struct FloodEnd {
 };
 
 // Sends the preface, then `rounds` batches from `batch` as fast as the socket takes them,
-// reading what comes back, then waits for the connection to end.
-FloodEnd Flood(uint16_t port, const std::function<std::string(int)>& batch, int rounds) {
+// reading what comes back (unless `reads` is false: then nothing is read until every batch went
+// or the gateway stopped taking them, through a small receive buffer), then waits for the
+// connection to end.
+FloodEnd Flood(uint16_t port, const std::function<std::string(int)>& batch, int rounds,
+               bool reads = true) {
   UniqueFd fd = ConnectLoopback(port);
   FloodEnd end;
   if (!fd.valid()) return end;
   timeval tv{5, 0};
   setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  if (!reads) {
+    const int small = 4096;
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  }
   std::string in;
   char buf[65536];
   auto drain = [&](int timeout_ms) {
@@ -78,7 +86,7 @@ FloodEnd Flood(uint16_t port, const std::function<std::string(int)>& batch, int 
       end.sent += n > 0 ? static_cast<size_t>(n) : 0;
     }
     out.clear();
-    if (open) open = drain(0);
+    if (open && reads) open = drain(0);
   }
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (open && std::chrono::steady_clock::now() < deadline) open = drain(100);
@@ -180,6 +188,33 @@ TEST_F(Http2AttacksTest, PingFloodEndsWithGoaway) {
   EXPECT_TRUE(end.goaway);
   EXPECT_EQ(end.code, uint32_t{NGHTTP2_ENHANCE_YOUR_CALM});
   ExpectStillServing("PING flood", end);
+}
+
+// A client that never reads: PINGs (each wants an acknowledgement) and requests for answers,
+// while the client takes nothing from its socket. The gateway stops pulling output once the
+// socket is full, the acknowledgements pile up inside the session until it counts a flood, and
+// the connection ends (a GOAWAY could not reach it: its socket is full); memory stays bounded
+// and other clients are served.
+TEST_F(Http2AttacksTest, ClientThatNeverReadsIsCutOff) {
+  h2test::Encoder encoder;
+  const std::string ping = Frame(NGHTTP2_PING, 0, 0, std::string(8, 'p'));
+  int32_t next = 1;
+  FloodEnd end = Flood(
+      port_,
+      [&](int) {
+        std::string bytes;
+        for (int i = 0; i < 50; ++i) bytes += ping;
+        bytes += Frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, next,
+                       encoder.Block({{":method", "GET"},
+                                      {":scheme", "http"},
+                                      {":authority", "api.test"},
+                                      {":path", "/v1/payment_intents"}}));
+        next += 2;
+        return bytes;
+      },
+      100, /*reads=*/false);
+  EXPECT_TRUE(end.closed);
+  ExpectStillServing("client that never reads", end);
 }
 
 }  // namespace
