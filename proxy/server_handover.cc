@@ -168,7 +168,7 @@ void Server::OnControlRead(evutil_socket_t fd, short, void* arg) {
 void Server::OnPendingLine(const std::string& line) {
   if (line == "pid\n") {  // which gateway answers here (`idemgate --upgrade` waits for its own)
     std::string reply = "pid " + std::to_string(getpid()) + "\n";
-    send(pending_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    send(pending_.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     pending_.Reset();
   } else if (line == "take-over\n" && taker_.fd < 0) {
     std::swap(taker_, pending_);
@@ -179,7 +179,7 @@ void Server::OnPendingLine(const std::string& line) {
   } else {
     if (!line.empty()) {
       const char busy[] = "failed: a take-over of this gateway is already under way\n";
-      send(pending_.fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
+      send(pending_.fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     pending_.Reset();
   }
@@ -217,7 +217,7 @@ void Server::StartSuccessor() {
   successor_ = SpawnSuccessor(StartedBinaryPath(), config_path_, &error);
   std::string reply =
       successor_ > 0 ? "spawned " + std::to_string(successor_) + "\n" : "failed: " + error + "\n";
-  send(upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+  send(upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (successor_ < 0) {
     upgrade_.Reset();
     LogF(LogLevel::kError, "main", "upgrade: %s", error.c_str());
@@ -256,14 +256,16 @@ void Server::OnChild(evutil_socket_t, short, void* arg) {
   LogF(LogLevel::kError, "main", "upgrade failed: %s; serving on", line.c_str());
   if (self->upgrade_.fd >= 0) {
     std::string reply = "failed: " + line + "\n";
-    send(self->upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    send(self->upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     self->upgrade_.Reset();
   }
   self->successor_ = -1;
 }
 
 void Server::FinishHandover() {
-  if (taker_.fd >= 0 && handing_over_) send(taker_.fd, "closed\n", 7, MSG_NOSIGNAL);
+  if (taker_.fd >= 0 && handing_over_) {
+    send(taker_.fd, "closed\n", 7, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   // Every event before the main loop's base is freed.
   taker_.Reset();
   pending_.Reset();
