@@ -15,6 +15,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "tests/integration/gateway_fixture.h"
 #include "tests/support/h2_frames.h"
@@ -50,20 +51,13 @@ struct FloodEnd {
 };
 
 // Sends the preface, then `rounds` batches from `batch` as fast as the socket takes them,
-// reading what comes back (unless `reads` is false: then nothing is read until every batch went
-// or the gateway stopped taking them, through a small receive buffer), then waits for the
-// connection to end.
-FloodEnd Flood(uint16_t port, const std::function<std::string(int)>& batch, int rounds,
-               bool reads = true) {
+// reading what comes back, then waits for the connection to end.
+FloodEnd Flood(uint16_t port, const std::function<std::string(int)>& batch, int rounds) {
   UniqueFd fd = ConnectLoopback(port);
   FloodEnd end;
   if (!fd.valid()) return end;
   timeval tv{5, 0};
   setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  if (!reads) {
-    const int small = 4096;
-    setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  }
   std::string in;
   char buf[65536];
   auto drain = [&](int timeout_ms) {
@@ -86,7 +80,7 @@ FloodEnd Flood(uint16_t port, const std::function<std::string(int)>& batch, int 
       end.sent += n > 0 ? static_cast<size_t>(n) : 0;
     }
     out.clear();
-    if (open && reads) open = drain(0);
+    if (open) open = drain(0);
   }
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (open && std::chrono::steady_clock::now() < deadline) open = drain(100);
@@ -190,30 +184,63 @@ TEST_F(Http2AttacksTest, PingFloodEndsWithGoaway) {
   ExpectStillServing("PING flood", end);
 }
 
-// A client that never reads: PINGs (each wants an acknowledgement) and requests for answers,
-// while the client takes nothing from its socket. The gateway stops pulling output once the
-// socket is full, the acknowledgements pile up inside the session until it counts a flood, and
-// the connection ends (a GOAWAY could not reach it: its socket is full); memory stays bounded
-// and other clients are served.
+// SETTINGS_INITIAL_WINDOW_SIZE and the connection's WINDOW_UPDATE, both to 2^31 - 1: flow
+// control then bounds nothing, and whatever bounds the gateway's memory is its own.
+std::string WideOpenWindows() {
+  std::string setting = {0x00, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0x7f, '\xff', '\xff', '\xff'};
+  const uint32_t more = 0x7fffffff - 65535;
+  std::string update = {static_cast<char>(more >> 24), static_cast<char>(more >> 16),
+                        static_cast<char>(more >> 8), static_cast<char>(more)};
+  return Frame(NGHTTP2_SETTINGS, 0, 0, setting) + Frame(NGHTTP2_WINDOW_UPDATE, 0, 0, update);
+}
+
+// A client that never reads: 8 streams asking for 8 MiB answers, its windows wide open, and
+// nothing taken from its socket. The gateway stops pulling frames
+// once its output buffer is full and the relays stop reading their upstream, so memory stays
+// bounded; after limits.idle_timeout with no byte written the connection ends (a GOAWAY could
+// not reach it). The CPU of the wait is printed: a stall costs nothing while it lasts.
 TEST_F(Http2AttacksTest, ClientThatNeverReadsIsCutOff) {
+  constexpr size_t kBody = 8 << 20;
+  constexpr int kStreams = 8;
+  Set("limits", "idle_timeout", "\"1s\"");
+  upstream_.SetBehavior(UpstreamBehavior::BigBody(kBody));
+  RestartGateway();
+  rss_before_ = ProcStatusBytes(gateway_.pid(), "VmRSS");
+  cpu_before_ = CpuMs(gateway_.pid());
+  UniqueFd fd = ConnectLoopback(port_);
+  ASSERT_TRUE(fd.valid());
   h2test::Encoder encoder;
-  const std::string ping = Frame(NGHTTP2_PING, 0, 0, std::string(8, 'p'));
-  int32_t next = 1;
-  FloodEnd end = Flood(
-      port_,
-      [&](int) {
-        std::string bytes;
-        for (int i = 0; i < 50; ++i) bytes += ping;
-        bytes += Frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, next,
-                       encoder.Block({{":method", "GET"},
-                                      {":scheme", "http"},
-                                      {":authority", "api.test"},
-                                      {":path", "/v1/payment_intents"}}));
-        next += 2;
-        return bytes;
-      },
-      100, /*reads=*/false);
-  EXPECT_TRUE(end.closed);
+  std::string out = h2test::Preface() + WideOpenWindows();
+  for (int i = 0; i < kStreams; ++i) {
+    out += Frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1 + 2 * i,
+                 encoder.Block({{":method", "GET"},
+                                {":scheme", "http"},
+                                {":authority", "api.test"},
+                                {":path", "/big/" + std::to_string(i)}}));
+  }
+  ASSERT_EQ(send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
+  std::this_thread::sleep_for(3s);  // idle_timeout 1s: cut off by now
+  const int64_t grew = ProcStatusBytes(gateway_.pid(), "VmRSS") - rss_before_;
+  // Only now read: what the two kernels hold, then the end, well short of the answers. Had the
+  // connection not been ended, the relays would resume and the answers keep coming.
+  size_t got = 0;
+  bool ended = false;
+  char buf[65536];
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  pollfd p{fd.get(), POLLIN, 0};
+  while (!ended && std::chrono::steady_clock::now() < deadline && poll(&p, 1, 2000) > 0) {
+    const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+    if (n > 0) got += static_cast<size_t>(n);
+    ended = n <= 0;
+  }
+  FloodEnd end;
+  end.sent = out.size();
+  printf("client that never reads: received_kib=%zu of %zu, rss_grew_kib=%lld\n", got / 1024,
+         kStreams * kBody / 1024, static_cast<long long>(grew / 1024));
+  EXPECT_TRUE(ended);
+  EXPECT_LT(got, kBody);  // not even one whole answer
+  EXPECT_LT(grew, int64_t{kStreams} * int64_t{kBody} / 2);
+  upstream_.SetBehavior(UpstreamBehavior::Respond(201, R"({"id":"pi_1"})"));
   ExpectStillServing("client that never reads", end);
 }
 
