@@ -68,6 +68,8 @@ H2Conn::H2Conn(ClientEnv* env, bufferevent* bev, std::string peer_ip, bool tls,
       session_(this, LimitsFrom(*config_)) {
   idle_timer_.Init<H2Conn, &H2Conn::OnIdleTimer>(env->base(), this);
   request_timer_.Init<H2Conn, &H2Conn::OnRequestTimer>(env->base(), this);
+  flush_soon_.reset(
+      event_new(env->base(), -1, 0, &EventTrampoline<H2Conn, &H2Conn::Flush>, this));
 }
 
 H2Conn::~H2Conn() { DetachAll(); }
@@ -91,6 +93,7 @@ void H2Conn::OnRead() {
     in_session_ = false;
     evbuffer_drain(in, len);
     StartRelays();
+    if (closed_) return;
     if (!more) {
       evbuffer_drain(in, evbuffer_get_length(in));  // the connection is over: input is ignored
       break;
@@ -163,9 +166,7 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_strea
     std::string client = BelievedClient(peer_ip_, stream->route->listen.trusted, &relayed);
     stream->relay = std::make_unique<H2Relay>(
         env_, &session_,
-        [this] {
-          if (!in_session_) Flush();
-        },
+        [this] { FlushSoon(); },
         id, std::move(client), tls_);
     H2Relay* relay = stream->relay.get();
     streams_[id] = std::move(stream);
@@ -253,7 +254,15 @@ void H2Conn::Answer(Stream* s, std::shared_ptr<const StoredResponse> response, b
   H2Fields fields =
       H2AnswerFields(*response, replayed, extra_headers, s->head_request, request_id, &send_body);
   session_.SubmitResponse(s->id, std::move(fields), std::move(response), send_body);
-  if (!in_session_) Flush();
+  FlushSoon();
+}
+
+// Answers that come from upstream reads and store callbacks go out together, once the loop has
+// run the other events ready with them: one TLS record and one write for the answers of one
+// round, not one each (an active event runs after those already queued).
+void H2Conn::FlushSoon() {
+  if (in_session_ || closed_) return;  // inside Receive: OnRead flushes after it
+  if (flush_soon_) event_active(flush_soon_.get(), EV_TIMEOUT, 0);
 }
 
 void H2Conn::Flush() {

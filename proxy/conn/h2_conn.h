@@ -63,6 +63,7 @@ class H2Conn final : public H2SessionHandler {
               std::string_view extra_headers);
   void SubmitError(int32_t stream, ErrorCode code, const std::string& detail);
   void Flush();
+  void FlushSoon();
   void StartRelays();
   void OnIdleTimer();
   void OnRequestTimer();
@@ -84,6 +85,7 @@ class H2Conn final : public H2SessionHandler {
   std::deque<std::pair<int64_t, int32_t>> deadlines_;
   Timer idle_timer_;
   Timer request_timer_;
+  EventPtr flush_soon_;  // FlushSoon's: Flush once this round of events has run
   bool in_session_ = false;  // inside session_.Receive: its callbacks must not pull output
   bool flushing_ = false;    // inside Flush: a nested Flush leaves the output to it
   bool closed_ = false;
