@@ -5,6 +5,7 @@
 // memory grows by less than a generous bound, and a normal request on a second connection is
 // still answered. The CPU each flood cost is printed
 // ("cpu_ms=") for docs/http2.md, never asserted (the machine is shared).
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -194,11 +195,30 @@ std::string WideOpenWindows() {
   return Frame(NGHTTP2_SETTINGS, 0, 0, setting) + Frame(NGHTTP2_WINDOW_UPDATE, 0, 0, update);
 }
 
+// The state (the st field of /proc/net/tcp: 1 = established) of the gateway's end of the
+// loopback connection whose client end is `client_port`; -1 once it is gone.
+int GatewaySideState(uint16_t gateway_port, uint16_t client_port) {
+  char local[32], remote[32];
+  snprintf(local, sizeof(local), "0100007F:%04X", gateway_port);
+  snprintf(remote, sizeof(remote), "0100007F:%04X", client_port);
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, l, r, state;
+    fields >> slot >> l >> r >> state;
+    if (l == local && r == remote) return std::stoi(state, nullptr, 16);
+  }
+  return -1;
+}
+
 // A client that never reads: 8 streams asking for 8 MiB answers, its windows wide open, and
 // nothing taken from its socket. The gateway stops pulling frames
 // once its output buffer is full and the relays stop reading their upstream, so memory stays
-// bounded; after limits.idle_timeout with no byte written the connection ends (a GOAWAY could
-// not reach it). The CPU of the wait is printed: a stall costs nothing while it lasts.
+// bounded; after limits.idle_timeout with no byte written the gateway ends the connection (a
+// GOAWAY could not reach it), which the kernel's table shows before the client reads. The CPU
+// of the wait is printed: a stall costs nothing while it lasts.
 TEST_F(Http2AttacksTest, ClientThatNeverReadsIsCutOff) {
   constexpr size_t kBody = 8 << 20;
   constexpr int kStreams = 8;
@@ -219,7 +239,17 @@ TEST_F(Http2AttacksTest, ClientThatNeverReadsIsCutOff) {
                                 {":path", "/big/" + std::to_string(i)}}));
   }
   ASSERT_EQ(send(fd.get(), out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
-  std::this_thread::sleep_for(3s);  // idle_timeout 1s: cut off by now
+  sockaddr_in me{};
+  socklen_t len = sizeof(me);
+  ASSERT_EQ(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&me), &len), 0);
+  // The gateway ends its side (FIN_WAIT1 behind the queued bytes) while the client still has
+  // not read a byte: once the socket buffers are full, plus idle_timeout.
+  const auto cut_by = std::chrono::steady_clock::now() + 30s;
+  while (GatewaySideState(port_, ntohs(me.sin_port)) == 1 &&
+         std::chrono::steady_clock::now() < cut_by) {
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_NE(GatewaySideState(port_, ntohs(me.sin_port)), 1) << "still established after 30s";
   const int64_t grew = ProcStatusBytes(gateway_.pid(), "VmRSS") - rss_before_;
   // Only now read: what the two kernels hold, then the end, well short of the answers. Had the
   // connection not been ended, the relays would resume and the answers keep coming.
