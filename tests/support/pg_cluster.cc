@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "tests/support/loopback.h"
@@ -97,7 +98,16 @@ bool PgCluster::StartPrimary(std::string* error) {
   nodes_.push_back(Node{root_ + "/n0", FreePort()});
   std::string copy = Template(error);
   if (copy.empty()) return false;
-  return Run("cp -a " + Quote(copy) + " " + Quote(nodes_[0].dir), error) && StartNode(0, error);
+  if (!Run("cp -a " + Quote(copy) + " " + Quote(nodes_[0].dir), error)) return false;
+  // The port FreePort found can be taken by another test before the server binds it: then the
+  // server exits saying so, and starts again on another.
+  for (int attempt = 0;; ++attempt) {
+    if (StartNode(0, error)) return true;
+    std::ifstream log(nodes_[0].dir + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    if (attempt == 2 || text.find("Address already in use") == std::string::npos) return false;
+    nodes_[0].port = FreePort();
+  }
 }
 
 // initdb takes seconds; every cluster starts from a copy of one made once per machine and user.
