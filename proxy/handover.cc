@@ -75,6 +75,10 @@ std::string HandoverSocketPath(const Config& config) {
   return "idemgate.handover";
 }
 
+namespace {
+
+// The offer's text (the fds travel beside it); Decode fills everything but the fds and says
+// how many of each to expect.
 std::string EncodeOffer(const HandoverOffer& offer) {
   std::ostringstream out;
   out << kMagic << "\npid " << offer.pid << "\nlisten " << offer.listen_host << " "
@@ -119,6 +123,8 @@ bool DecodeOffer(std::string_view text, HandoverOffer* offer, size_t* listen_fds
   return true;
 }
 
+}  // namespace
+
 bool HandoverListener::Open(const std::string& path, std::string* error) {
   sockaddr_un addr{};
   std::string temp = path + ".new." + std::to_string(getpid());
@@ -145,7 +151,8 @@ bool HandoverListener::Open(const std::string& path, std::string* error) {
 }
 
 int HandoverListener::Accept(std::string* why) {
-  int peer = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  // Non-blocking: the running gateway serves it from its main loop, which must never wait on it.
+  int peer = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (peer < 0) {
     *why = std::string("accept: ") + strerror(errno);
     return -1;

@@ -35,12 +35,6 @@ struct HandoverOffer {
   int admin_fd = -1;
 };
 
-// The offer's text (the fds travel beside it); Decode fills everything but the fds and says
-// how many of each to expect.
-std::string EncodeOffer(const HandoverOffer& offer);
-bool DecodeOffer(std::string_view text, HandoverOffer* offer, size_t* listen_fds, bool* admin_fd,
-                 std::string* error);
-
 // The running side: the control socket (0600, bound under a temporary name and renamed over
 // the path, so a new gateway's socket replaces the old one's without a gap).
 class HandoverListener {
@@ -52,7 +46,6 @@ class HandoverListener {
 
   bool Open(const std::string& path, std::string* error);
   int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
   // One pending connection (non-blocking), or -1 with *why: a peer of another user is refused.
   int Accept(std::string* why);
   // Closes the socket; the path is unlinked only while it is still this socket's.

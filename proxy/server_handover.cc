@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "proxy/server.h"
 #include "proxy/service_manager.h"
+#include "store/clock.h"
 #include "store/store_factory.h"
 
 namespace idemgate {
@@ -23,11 +24,6 @@ constexpr auto kStoreLockPatience = std::chrono::seconds(5);
 // Past the old gateway's own bound on its drain (grace plus the store's 5 s), waiting more for
 // it to close the store would only hide a hung process.
 constexpr int64_t kCloseSlackMs = 10'000;
-
-int64_t SteadyMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 
@@ -69,7 +65,7 @@ bool Server::ReceiveListeners(const Config& config, std::string* error) {
 }
 
 bool Server::StopOldGateway(bool wait_closed, std::string* error) {
-  const int64_t start = SteadyMs();
+  const int64_t start = MonotonicNowMs();
   // Under systemd (Type=notify) this process is the service's main one from now on: the old
   // one's exit must not look like the service's end.
   NotifyServiceManager("MAINPID=" + std::to_string(getpid()));
@@ -88,7 +84,7 @@ bool Server::StopOldGateway(bool wait_closed, std::string* error) {
   takeover_.reset();
   LogF(LogLevel::kInfo, "main",
        "the old gateway (pid %d) drained and closed the store in %lld ms; opening it",
-       static_cast<int>(taken_.pid), static_cast<long long>(SteadyMs() - start));
+       static_cast<int>(taken_.pid), static_cast<long long>(MonotonicNowMs() - start));
   return true;
 }
 
@@ -152,7 +148,7 @@ void Server::OnHandoverConnect(evutil_socket_t, short, void* arg) {
 void Server::OnControlRead(evutil_socket_t fd, short, void* arg) {
   auto* self = static_cast<Server*>(arg);
   char buf[256];
-  ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+  ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);  // accepted non-blocking
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   std::string line = n > 0 ? std::string(buf, n) : std::string();
   if (fd == self->pending_.fd) {
@@ -168,7 +164,7 @@ void Server::OnControlRead(evutil_socket_t fd, short, void* arg) {
 void Server::OnPendingLine(const std::string& line) {
   if (line == "pid\n") {  // which gateway answers here (`idemgate --upgrade` waits for its own)
     std::string reply = "pid " + std::to_string(getpid()) + "\n";
-    send(pending_.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    send(pending_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
     pending_.Reset();
   } else if (line == "take-over\n" && taker_.fd < 0) {
     std::swap(taker_, pending_);
@@ -179,7 +175,7 @@ void Server::OnPendingLine(const std::string& line) {
   } else {
     if (!line.empty()) {
       const char busy[] = "failed: a take-over of this gateway is already under way\n";
-      send(pending_.fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      send(pending_.fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
     }
     pending_.Reset();
   }
@@ -217,7 +213,7 @@ void Server::StartSuccessor() {
   successor_ = SpawnSuccessor(StartedBinaryPath(), config_path_, &error);
   std::string reply =
       successor_ > 0 ? "spawned " + std::to_string(successor_) + "\n" : "failed: " + error + "\n";
-  send(upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  send(upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
   if (successor_ < 0) {
     upgrade_.Reset();
     LogF(LogLevel::kError, "main", "upgrade: %s", error.c_str());
@@ -256,7 +252,7 @@ void Server::OnChild(evutil_socket_t, short, void* arg) {
   LogF(LogLevel::kError, "main", "upgrade failed: %s; serving on", line.c_str());
   if (self->upgrade_.fd >= 0) {
     std::string reply = "failed: " + line + "\n";
-    send(self->upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    send(self->upgrade_.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
     self->upgrade_.Reset();
   }
   self->successor_ = -1;
@@ -264,7 +260,7 @@ void Server::OnChild(evutil_socket_t, short, void* arg) {
 
 void Server::FinishHandover() {
   if (taker_.fd >= 0 && handing_over_) {
-    send(taker_.fd, "closed\n", 7, MSG_NOSIGNAL | MSG_DONTWAIT);
+    send(taker_.fd, "closed\n", 7, MSG_NOSIGNAL);
   }
   // Every event before the main loop's base is freed.
   taker_.Reset();

@@ -437,7 +437,6 @@ void Worker::BeginDrain(int64_t idle_linger_ms) {
   if (idle_linger_ms < 0) {
     CloseIdle();
   } else {
-    close_idle_at_us_ = MonoUs() + idle_linger_ms * 1000;
     linger_timer_.Init<Worker, &Worker::MaybeExit>(base_.get(), this);
     linger_timer_.Arm(idle_linger_ms);
   }
@@ -489,7 +488,7 @@ void Worker::HardStop() {
 
 void Worker::MaybeExit() {
   if (!draining_ || !exchanges_.empty()) return;
-  if (!idle_closed_ && MonoUs() >= close_idle_at_us_) CloseIdle();
+  if (!idle_closed_ && !linger_timer_.armed()) CloseIdle();  // the linger is over
   if (conns_.empty()) event_base_loopexit(base_.get(), nullptr);
 }
 

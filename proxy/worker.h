@@ -141,8 +141,7 @@ class Worker final : public ExchangeEnv, public ClientEnv {
   std::vector<std::unique_ptr<Exchange>> dead_exchanges_;
   std::string access_line_;  // reused for each access-log line (no allocation per line)
   bool draining_ = false;
-  bool idle_closed_ = false;      // draining, and the idle connections were told to close
-  int64_t close_idle_at_us_ = 0;  // MonoUs() from which the idle connections may be closed
+  bool idle_closed_ = false;  // draining, and the idle connections were told to close
   Timer linger_timer_;
 };
 

@@ -11,6 +11,17 @@ namespace idemgate {
 // Milliseconds since the Unix epoch (wall clock), or since an arbitrary origin (monotonic).
 using TimeMs = int64_t;
 
+// The system's clocks read directly, for code that keeps no injected Clock (a metric's time, a
+// log line's elapsed time). SystemClock reads the same two.
+inline TimeMs WallNowMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+inline TimeMs MonotonicNowMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
 class Clock {
  public:
   virtual ~Clock() = default;
@@ -22,14 +33,8 @@ class Clock {
 
 class SystemClock final : public Clock {
  public:
-  TimeMs NowMs() const override {
-    using namespace std::chrono;
-    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-  }
-  TimeMs MonotonicMs() const override {
-    using namespace std::chrono;
-    return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
-  }
+  TimeMs NowMs() const override { return WallNowMs(); }
+  TimeMs MonotonicMs() const override { return MonotonicNowMs(); }
 };
 
 // A clock that moves only when a test moves it. Thread-safe. Advance moves both clocks; Set and

@@ -2,19 +2,13 @@
 // SealedStore: seals on Complete, opens what Claim and Lookup return (SPEC §13 E2-E6).
 #include "store/sealed_store.h"
 
-#include <chrono>
 #include <cinttypes>
 
 #include "common/log.h"
+#include "store/clock.h"
 
 namespace idemgate {
 namespace {
-
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Prometheus label values: the ids are [A-Za-z0-9._-] (conf checks them), nothing to escape.
 std::string Line(const char* name, const std::string& id, uint64_t value) {
@@ -54,7 +48,7 @@ void SealedStore::Count(const std::string& id, bool seal, bool failed) {
     ++s.failures;
   } else if (seal) {
     ++s.seals;
-    s.last_seal_unix_ms = UnixMs();
+    s.last_seal_unix_ms = WallNowMs();
   } else {
     ++s.opens;
   }

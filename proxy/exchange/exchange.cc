@@ -493,15 +493,19 @@ void Exchange::Respond(StoredResponse response, bool replayed) {
 }
 
 void Exchange::RespondShared(std::shared_ptr<const StoredResponse> response, bool replayed) {
-  if (!answered_) {
-    answered_ = true;
-    status_ = response->status;
-    bytes_out_ = response->body.size();
-    RecordFinished();
-    if (sink_) sink_->SendResponse(std::move(response), replayed, AnswerHeaders(replayed));
-    sink_ = nullptr;
-  }
+  if (!answered_) SendAnswer(std::move(response), replayed, AnswerHeaders(replayed));
   SetPhase(Phase::kDone);
+}
+
+// The exchange's one answer: counted and logged (RecordFinished), then handed to the client.
+void Exchange::SendAnswer(std::shared_ptr<const StoredResponse> response, bool replayed,
+                          std::string_view extra_headers) {
+  answered_ = true;
+  status_ = response->status;
+  bytes_out_ = response->body.size();
+  RecordFinished();
+  if (sink_) sink_->SendResponse(std::move(response), replayed, extra_headers);
+  sink_ = nullptr;
 }
 
 std::shared_ptr<const StoredResponse> Exchange::ShareReplay(Record record) {

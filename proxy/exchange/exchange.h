@@ -126,6 +126,8 @@ class Exchange {
   void RespondError(ErrorCode code, const std::string& detail = {});
   void Respond(StoredResponse response, bool replayed);
   void RespondShared(std::shared_ptr<const StoredResponse> response, bool replayed);
+  void SendAnswer(std::shared_ptr<const StoredResponse> response, bool replayed,
+                  std::string_view extra_headers);
   void RespondReplay(Record record);  // a completed record's response, with its Age (R6)
   // A completed record read from the store, as the response every replay of it shares.
   std::shared_ptr<const StoredResponse> ShareReplay(Record record);

@@ -242,13 +242,8 @@ void Exchange::AnswerEarly(ErrorCode code, std::string detail, std::string_view 
   outcome_ = OwnsClaim() ? outcome_ : Outcome::kRejected;
   error_ = code;
   error_detail_ = std::move(detail);
-  auto response = std::make_shared<const StoredResponse>(MakeErrorResponse(code, body_detail));
-  status_ = response->status;
-  bytes_out_ = response->body.size();
-  answered_ = true;
-  RecordFinished();
-  if (sink_) sink_->SendResponse(std::move(response), false, {});
-  sink_ = nullptr;
+  SendAnswer(std::make_shared<const StoredResponse>(MakeErrorResponse(code, body_detail)), false,
+             {});
 }
 
 std::string Exchange::AnswerHeaders(bool replayed) const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "proxy/http/h2_session.h"
+#include "store/clock.h"
 
 namespace idemgate {
 namespace h2_internal {
@@ -22,11 +23,6 @@ namespace h2_internal {
 // A streamed answer's queued bytes at or below this after a send: OnResponseDrained.
 inline constexpr size_t kDrainedBytes = 16 << 10;
 
-inline int64_t SteadyNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // A token bucket: `burst` events at once, refilled at `rate` per second.
 class RateLimit {
@@ -82,7 +78,7 @@ struct H2Session::Impl {
   Impl(H2SessionHandler* h, H2Limits l)
       : handler(h),
         limits(std::move(l)),
-        clock(limits.now_ms ? limits.now_ms : h2_internal::SteadyNowMs),
+        clock(limits.now_ms ? limits.now_ms : MonotonicNowMs),
         control(limits.control_burst, limits.control_rate, clock()),
         resets(limits.reset_burst, limits.reset_rate, clock()) {}
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 namespace idemgate {
 
@@ -290,38 +292,37 @@ bool StoredKeeps(std::string_view name, const ConnectionTokens& listed, bool hea
   return !(use == AnswerUse::kStored && HeaderNameEquals(name, "Age"));
 }
 
-}  // namespace
-
-StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
+// One body for both: `R` is `const Response&` (fields copied) or `Response` (fields moved).
+template <typename R>
+StoredResponse ToStored(R&& response, bool head_request, AnswerUse use) {
   StoredResponse stored;
   stored.status = response.status;
-  stored.reason = response.reason;
-  const ConnectionTokens listed(response.headers);
-  stored.headers.reserve(response.headers.size());
-  for (const Header& h : response.headers) {
-    if (StoredKeeps(h.name, listed, head_request, use)) {
-      stored.headers.emplace_back(h.name, h.value);
-    }
-  }
-  stored.body = response.body;
-  return stored;
-}
-
-StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUse use) {
-  StoredResponse stored;
-  stored.status = response.status;
-  stored.reason = std::move(response.reason);
+  stored.reason = std::forward<R>(response).reason;
   // `listed` points into the Connection headers' values, which are never kept (hop-by-hop), so
   // moving the kept ones out leaves it valid.
   const ConnectionTokens listed(response.headers);
   stored.headers.reserve(response.headers.size());
-  for (Header& h : response.headers) {
+  for (auto& h : response.headers) {
     if (StoredKeeps(h.name, listed, head_request, use)) {
-      stored.headers.emplace_back(std::move(h.name), std::move(h.value));
+      if constexpr (std::is_const_v<std::remove_reference_t<R>>) {
+        stored.headers.emplace_back(h.name, h.value);
+      } else {
+        stored.headers.emplace_back(std::move(h.name), std::move(h.value));
+      }
     }
   }
-  stored.body = std::move(response.body);
+  stored.body = std::forward<R>(response).body;
   return stored;
+}
+
+}  // namespace
+
+StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
+  return ToStored(response, head_request, use);
+}
+
+StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUse use) {
+  return ToStored(std::move(response), head_request, use);
 }
 
 namespace {

@@ -17,25 +17,12 @@
 #include "common/log.h"
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/gateway.h"
+#include "proxy/ops/metrics.h"
 
 namespace idemgate {
 namespace {
 
 constexpr char kExpiry[] = "idemgate_tls_certificate_expiry_timestamp_seconds";
-
-// A Prometheus label value: backslash, quote and line break escaped.
-std::string LabelEscape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\\' || c == '"') out.push_back('\\');
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out;
-}
 
 std::string SerialHex(X509* cert) {
   BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr);

@@ -114,6 +114,19 @@ void Histogram::AddTo(std::vector<uint64_t>* counts, uint64_t* sum) const {
   *sum += Load(sum_);
 }
 
+std::string LabelEscape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (c == '\\' || c == '"') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
 bool CanBeRejected(ErrorCode code) {
   switch (code) {
     case ErrorCode::kIdempotencyKeyInUse:   // outcome in_flight
@@ -188,18 +201,9 @@ std::string Label(const char* name, const char* value) {
   return std::string(name) + "=\"" + value + "\"";
 }
 
-// A label value from the config (a group name, a host), escaped as the text format asks.
+// A label from the config (a group name, a host), its value escaped.
 std::string Escaped(const char* name, const std::string& value) {
-  std::string out = std::string(name) + "=\"";
-  for (char c : value) {
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    if (c == '\\' || c == '"') out += '\\';
-    out += c;
-  }
-  return out + "\"";
+  return std::string(name) + "=\"" + LabelEscape(value) + "\"";
 }
 
 }  // namespace
@@ -216,7 +220,7 @@ std::string Metrics::Render() const {
       shards_, [](auto& s) -> auto& { return s.protocols_; });
   auto classes = SumArray<5>(
       shards_, [](auto& s) -> auto& { return s.status_classes_; });
-  auto upstream_errors = SumArray<kUpstreamErrorCount>(
+  auto upstream_errors = SumArray<kUpstreamErrorKinds>(
       shards_, [](auto& s) -> auto& { return s.upstream_errors_; });
 
   w.Family("idemgate_requests_total", "counter",
@@ -250,7 +254,7 @@ std::string Metrics::Render() const {
     w.Sample("idemgate_upstream_responses_total", Label("class", cls.c_str()), classes[i]);
   }
   w.Family("idemgate_upstream_errors_total", "counter", "Upstream failures by kind.");
-  for (size_t i = 1; i < kUpstreamErrorCount; ++i) {
+  for (size_t i = 1; i < kUpstreamErrorKinds; ++i) {
     w.Sample("idemgate_upstream_errors_total",
              Label("kind", UpstreamErrorName(static_cast<UpstreamError>(i))), upstream_errors[i]);
   }
@@ -278,7 +282,7 @@ void Metrics::RenderUpstreamServers(MetricsWriter* w) const {
   w->Family("idemgate_upstream_server_errors_total", "counter",
             "Failed calls to each server of an upstream group, by kind.");
   for (const auto& s : servers) {
-    for (size_t i = 1; i < kUpstreamErrorCount; ++i) {
+    for (size_t i = 1; i < kUpstreamErrorKinds; ++i) {
       w->Sample("idemgate_upstream_server_errors_total",
                 labels(s) + "," + Label("kind", UpstreamErrorName(static_cast<UpstreamError>(i))),
                 s.errors[i]);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proxy/conn/conn_types.h"
@@ -26,12 +27,14 @@ class UpstreamStats;
 
 inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kRejected) + 1;
 inline constexpr size_t kErrorCodeCount = static_cast<size_t>(ErrorCode::kUpstreamTimeout) + 1;
-inline constexpr size_t kUpstreamErrorCount = static_cast<size_t>(UpstreamError::kTimeout) + 1;
 
 // The codes an answer with outcome "rejected" can carry: those the gateway answers before
 // anything went upstream, outside the in_flight (409) and mismatch (422) outcomes. Only these get
 // an idemgate_requests_total{outcome="rejected",code} series, so no series stays 0 forever.
 bool CanBeRejected(ErrorCode code);
+
+// A Prometheus label value: backslash, quote and line break escaped, as the text format asks.
+std::string LabelEscape(std::string_view text);
 
 // Fixed upper bounds (inclusive, in the histogram's unit); +Inf is implicit.
 class Histogram {
@@ -74,7 +77,7 @@ class MetricsShard {
   std::array<std::atomic<uint64_t>, kErrorCodeCount> rejected_{};  // outcome rejected, by code
   std::array<std::atomic<uint64_t>, kErrorCodeCount> errors_{};    // every error answer
   std::array<std::atomic<uint64_t>, 5> status_classes_{};          // upstream 1xx..5xx
-  std::array<std::atomic<uint64_t>, kUpstreamErrorCount> upstream_errors_{};
+  std::array<std::atomic<uint64_t>, kUpstreamErrorKinds> upstream_errors_{};
   std::atomic<int64_t> connections_{0};
   std::atomic<uint64_t> connections_refused_{0};
   std::array<std::atomic<uint64_t>, kCloseReasonCount> closed_{};  // by CloseReason

@@ -2,17 +2,13 @@
 // The per-server upstream counters summed across loops (see upstream_stats.h).
 #include "proxy/upstream/upstream_stats.h"
 
-#include <chrono>
 #include <map>
+
+#include "store/clock.h"
 
 namespace idemgate {
 
 namespace {
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 uint64_t Load(const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); }
 }  // namespace
 
@@ -37,7 +33,7 @@ UpstreamStats::Entry* UpstreamStats::Add(std::string group, std::string server,
 }
 
 std::vector<UpstreamStats::Server> UpstreamStats::Snapshot() const {
-  const int64_t now = SteadyMs();
+  const int64_t now = MonotonicNowMs();
   std::vector<Server> out;
   std::map<std::string, size_t> index;  // group \n server \n address -> out's index
   std::lock_guard lock(mu_);

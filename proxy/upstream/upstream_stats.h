@@ -16,8 +16,6 @@
 
 namespace idemgate {
 
-inline constexpr size_t kUpstreamErrorKinds = static_cast<size_t>(UpstreamError::kTimeout) + 1;
-
 class UpstreamStats {
  public:
   // One loop's view of one server. The counters and flags are written by that loop only.

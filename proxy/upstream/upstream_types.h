@@ -3,6 +3,8 @@
 // report_types.h) and the metrics carry, without the pool's interfaces.
 #pragma once
 
+#include <cstddef>
+
 namespace idemgate {
 
 enum class UpstreamError {
@@ -12,5 +14,6 @@ enum class UpstreamError {
   kTooLarge,     // the response body is over limits.max_response_body
   kTimeout,      // no complete response within upstream.response_timeout
 };
+inline constexpr size_t kUpstreamErrorKinds = static_cast<size_t>(UpstreamError::kTimeout) + 1;
 
 }  // namespace idemgate
