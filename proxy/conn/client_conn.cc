@@ -88,8 +88,15 @@ void ClientConn::OnFirstBytes() {
 // `serve`: read requests; otherwise only the answer RespondError queues next is written.
 void ClientConn::StartStream(bool serve) {
   bufferevent_setcb(bev_.get(), ReadCb, WriteCb, EventCb, this);
-  bufferevent_setwatermark(bev_.get(), EV_READ, 0, kReadHighWater);
-  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  if (tls_) {
+    bufferevent_setwatermark(bev_.get(), EV_READ, 0, kReadHighWater);
+    bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  } else {  // plain TCP: read without libevent's FIONREAD before each read (socket_reader.h)
+    reader_.Init(bev_.get(), ReadCb, EventCb, this);
+    reader_.SetHighWater(kReadHighWater);
+    bufferevent_enable(bev_.get(), EV_WRITE);
+    reader_.Enable();
+  }
   if (!timer_.initialized()) timer_.Init<ClientConn, &ClientConn::OnTimer>(env_->base(), this);
   resume_.reset(
       event_new(env_->base(), -1, 0, &EventTrampoline<ClientConn, &ClientConn::OnWritten>, this));
@@ -394,8 +401,18 @@ void ClientConn::Close(CloseReason reason) {
   timer_.Cancel();
   if (resume_) event_del(resume_.get());
   if (sniff_) event_del(sniff_.get());
+  reader_.Disable();
   if (bev_) bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
   env_->ConnectionClosed(this, reason);
+}
+
+void ClientConn::EnableRead(bool on) {
+  if (reader_.initialized()) return on ? reader_.Enable() : reader_.Disable();
+  if (on) {
+    bufferevent_enable(bev_.get(), EV_READ);
+  } else {
+    bufferevent_disable(bev_.get(), EV_READ);
+  }
 }
 
 }  // namespace idemgate

@@ -19,6 +19,7 @@
 #include "proxy/exchange/response_sink.h"
 #include "proxy/http/http_parser.h"
 #include "proxy/net/event_util.h"
+#include "proxy/net/socket_reader.h"
 #include "proxy/policy/errors.h"
 #include "proxy/policy/forwarded.h"
 #include "proxy/upstream/upstream.h"
@@ -89,6 +90,8 @@ class ClientConn final : public StreamSink {
   [[nodiscard]] bool QueueBody(evbuffer* out, std::shared_ptr<const StoredResponse> body,
                                size_t offset);
   void OnWritten();
+  // Reading the client on or off: the plain socket's reader, or the TLS bufferevent's.
+  void EnableRead(bool on);
 
   // Relaying (client_relay.cc).
   bool DecideBody();
@@ -101,6 +104,7 @@ class ClientConn final : public StreamSink {
 
   ClientEnv* env_;
   BufferEventPtr bev_;  // on a TLS port: made once the first byte tells TLS from plain HTTP
+  SocketReader reader_;  // plain TCP: reads bev_'s socket (after bev_: it goes first)
   evutil_socket_t fd_ = -1;
   SSL* pending_tls_ = nullptr;  // owned until bev_ takes it
   EventPtr sniff_;              // waits for the first byte on a TLS port

@@ -81,13 +81,7 @@ void ClientConn::StartRelay(const Config& config) {
   }
 }
 
-void ClientConn::PauseRequestBody(bool paused) {
-  if (paused) {
-    bufferevent_disable(bev_.get(), EV_READ);
-  } else {
-    bufferevent_enable(bev_.get(), EV_READ);
-  }
-}
+void ClientConn::PauseRequestBody(bool paused) { EnableRead(!paused); }
 
 void ClientConn::ReadRequestBody() {
   if (state_ == State::kRelaying) ProcessInput();

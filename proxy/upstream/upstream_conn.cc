@@ -30,7 +30,8 @@ bool UpstreamConn::Connect() {
   }
   if (!bev_) return false;
   SetCallbacks();
-  bufferevent_enable(bev_.get(), EV_READ | EV_WRITE);
+  // Plain TCP is read by reader_ once connected (socket_reader.h); TLS by the bufferevent.
+  bufferevent_enable(bev_.get(), pool_->tls() != nullptr ? EV_READ | EV_WRITE : EV_WRITE);
   if (bufferevent_socket_connect(bev_.get(), pool_->addr(), static_cast<int>(pool_->addr_len())) <
       0) {
     return false;
@@ -58,11 +59,11 @@ void UpstreamConn::PauseResponse(bool paused) {
   if (!done_ || !bev_ || paused == paused_) return;
   paused_ = paused;
   if (paused) {
-    bufferevent_disable(bev_.get(), EV_READ);
+    EnableRead(false);
     if (!connecting_) timer_.Cancel();
     return;
   }
-  bufferevent_enable(bev_.get(), EV_READ);
+  EnableRead(true);
   Touch();
   if (!connecting_) timer_.Arm(limits_.response_timeout_ms);
   StreamRead();  // what waited in the input buffer
@@ -110,7 +111,7 @@ void UpstreamConn::EndStream() {
   receiver_ = nullptr;
   if (!bev_) return;
   SetCallbacks();
-  if (paused_) bufferevent_enable(bev_.get(), EV_READ);
+  if (paused_) EnableRead(true);
   paused_ = false;
 }
 
@@ -196,6 +197,10 @@ void UpstreamConn::OnEvent(short what) {
   if (what & BEV_EVENT_CONNECTED) {
     connecting_ = false;
     timer_.Cancel();
+    if (pool_->tls() == nullptr) {
+      reader_.Init(bev_.get(), ReadCb, EventCb, this);
+      EnableRead(!paused_);
+    }
     if (done_) SendRequest();
     return;
   }
@@ -316,8 +321,18 @@ void UpstreamConn::Finish(UpstreamResult result, bool reusable) {
 }
 
 void UpstreamConn::Die() {
+  reader_.Disable();
   if (bev_) bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
   pool_->OnConnDead(this);
+}
+
+void UpstreamConn::EnableRead(bool on) {
+  if (reader_.initialized()) return on ? reader_.Enable() : reader_.Disable();
+  if (on) {
+    bufferevent_enable(bev_.get(), EV_READ);
+  } else {
+    bufferevent_disable(bev_.get(), EV_READ);
+  }
 }
 
 }  // namespace idemgate

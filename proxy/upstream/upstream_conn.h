@@ -17,6 +17,7 @@
 
 #include "proxy/http/http_parser.h"
 #include "proxy/net/event_util.h"
+#include "proxy/net/socket_reader.h"
 #include "proxy/upstream/upstream.h"
 
 namespace idemgate {
@@ -162,9 +163,13 @@ class UpstreamConn final : public StreamCall {
 
   void Die();
 
+  // Reading the upstream on or off: the plain socket's reader, or the TLS bufferevent's.
+  void EnableRead(bool on);
+
   UpstreamPool* pool_;
   uint64_t address_generation_ = 0;
   BufferEventPtr bev_;
+  SocketReader reader_;  // plain TCP, once connected: reads bev_'s socket (after bev_: it goes first)
   std::unique_ptr<ResponseParser> parser_;
   uint64_t parser_max_ = 0;
   Timer timer_;
