@@ -8,6 +8,7 @@
 import argparse
 import os
 import re
+import resource
 import socket
 import ssl
 import statistics
@@ -36,6 +37,9 @@ def parse_args(argv):
                         "the http benchmark's 64 connections)")
     p.add_argument("--threads", type=int, default=1, help="h2load threads (default 1)")
     p.add_argument("--idle", type=int, default=1000, help="idle connections to open (default 1000)")
+    p.add_argument("--perf", metavar="DIR", default="",
+                   help="after the rounds, perf-record each proxy (nginx: its worker) under "
+                        "passthrough for --duration s; data and reports go to DIR")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")
     return p.parse_args(argv)
 
@@ -108,6 +112,28 @@ def h2load(args, tmp, port, scenario):
             "proto": proto.group(1) if proto else "?"}
 
 
+def profile(args, tmp, target):
+    os.makedirs(args.perf, exist_ok=True)
+    data = os.path.join(args.perf, "perf-h2-passthrough-%s.data" % target.name)
+    perf = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p",
+                             ",".join(str(pid) for pid in target.pids()), "-o", data, "--",
+                             "sleep", str(args.duration)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    h2load(args, tmp, target.port, "passthrough")
+    perf.wait()
+    with open(os.path.join(args.perf, "report-h2-passthrough-%s.txt" % target.name), "w") as f:
+        subprocess.run(["perf", "report", "-i", data, "--stdio", "--percent-limit", "0.7", "-g",
+                        "none", "--no-children"], stdout=f, stderr=subprocess.DEVNULL)
+    log("perf data for %s in %s" % (target.name, data))
+
+
+def children_cpu():
+    """CPU seconds of the finished child processes (h2load runs), user and system."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def rss_kib(target):
     return sum(B.proc_status_kib(pid, "VmRSS") for pid in target.pids())
 
@@ -155,6 +181,7 @@ def main(argv):
         os.makedirs(os.path.join(tmp, "origin", "big"))
         up = H.start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
         B.wait_port(up_port, up)
+        up_pids = [up.pid] + B.children(up.pid)
         targets = [start_nginx(procs, tmp, vals, cert, key),
                    start_gateway(procs, args, tmp, up_port, cert, key)]
         gw = targets[1]
@@ -170,13 +197,23 @@ def main(argv):
             for sc in ("passthrough", "replay"):
                 for t in (targets if rnd % 2 == 0 else list(reversed(targets))):
                     c0 = B.cpu_seconds(t.pids())
+                    u0 = B.cpu_seconds(up_pids)
+                    h0 = children_cpu()
                     # nginx has no replay: its row is a proxied POST.
                     r = h2load(args, tmp, t.port, "passthrough" if t.name == "nginx" else sc)
-                    r["cpu_us"] = (B.cpu_seconds(t.pids()) - c0) * 1e6 / max(
-                        r["rps"] * args.duration, 1)
+                    n = max(r["rps"] * args.duration, 1)
+                    r["cpu_us"] = (B.cpu_seconds(t.pids()) - c0) * 1e6 / n
+                    # Where the rest of the two cores went: the origin's and h2load's CPU.
+                    r["up_us"] = (B.cpu_seconds(up_pids) - u0) * 1e6 / n
+                    r["client_us"] = (children_cpu() - h0) * 1e6 / n
                     results.setdefault((sc, t.name), []).append(r)
-                    log("%-11s %-8s %9.0f req/s  cpu %.1f us/req  non2xx %d  %s  load %s" % (
-                        sc, t.name, r["rps"], r["cpu_us"], r["non2xx"], r["proto"], B.loadavg()))
+                    log("%-11s %-8s %9.0f req/s  cpu %.1f us/req (origin %.1f, h2load %.1f)  "
+                        "non2xx %d  %s  load %s" % (
+                            sc, t.name, r["rps"], r["cpu_us"], r["up_us"], r["client_us"],
+                            r["non2xx"], r["proto"], B.loadavg()))
+        if args.perf:
+            for t in targets:
+                profile(args, tmp, t)
         print(report(args, results, idle, load0, B.loadavg()))
         return 0
     finally:
@@ -199,18 +236,20 @@ def report(args, results, idle, load0, load1):
            "proxied POST.\n" % (args.duration, args.clients, args.streams, args.threads,
                                 args.rounds),
            "| scenario | nginx req/s | idemgate req/s | ratio (paired) | per-round ratios | "
-           "CPU us/req nginx / idemgate | idemgate non-2xx |",
-           "|---|---:|---:|---:|---|---|---:|"]
+           "CPU us/req nginx / idemgate | origin CPU us/req behind nginx / idemgate | "
+           "h2load CPU us/req against nginx / idemgate | idemgate non-2xx |",
+           "|---|---:|---:|---:|---|---|---|---|---:|"]
     for sc in ("passthrough", "replay"):
         ns = [r["rps"] for r in results[(sc, "nginx")]]
         gs = [r["rps"] for r in results[(sc, "idemgate")]]
         ratios = [g / n for g, n in zip(gs, ns) if n]
         bad = sum(r["non2xx"] for r in results[(sc, "idemgate")])
-        cpu = [statistics.median(r["cpu_us"] for r in results[(sc, name)])
-               for name in ("nginx", "idemgate")]
-        out.append("| %s | %.0f | %.0f | %.2fx | %s | %.1f / %.1f | %d |" % (
+        med = {k: ["%.1f" % statistics.median(r[k] for r in results[(sc, name)])
+                   for name in ("nginx", "idemgate")] for k in ("cpu_us", "up_us", "client_us")}
+        out.append("| %s | %.0f | %.0f | %.2fx | %s | %s | %s | %s | %d |" % (
             sc, statistics.median(ns), statistics.median(gs), statistics.median(ratios),
-            " ".join("%.2f" % x for x in ratios), cpu[0], cpu[1], bad))
+            " ".join("%.2f" % x for x in ratios), " / ".join(med["cpu_us"]),
+            " / ".join(med["up_us"]), " / ".join(med["client_us"]), bad))
     out += ["", "Idle HTTP/2 connections (%d, TLS + preface + SETTINGS, then idle): RSS added "
             "per connection: nginx %.1f KiB, idemgate %.1f KiB." % (
                 args.idle, idle["nginx"], idle["idemgate"])]

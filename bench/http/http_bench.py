@@ -46,7 +46,7 @@ def parse_args(argv):
                         "and reports go to DIR")
     p.add_argument("--perf-targets", default="idemgate",
                    help="with --perf: the targets profiled, comma-separated (default idemgate; "
-                        "e.g. idemgate-secret,idemgate-sealed); each target's reports get its "
+                        "e.g. idemgate-secret,idemgate-sealed, or nginx: its worker); each target's reports get its "
                         "name as a suffix unless it is idemgate")
     p.add_argument("--sync", choices=["true", "false"], default="true",
                    help="store.sync (default true; false only to see what the disk costs)")
@@ -316,7 +316,7 @@ def profile(args, tmp, target, upstream_pids):
             sc_name = sc
         data = os.path.join(args.perf, "perf-%s.data" % sc_name)
         perf = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384",
-                                 "-p", str(target.proc.pid), "-o", data, "--", "sleep",
+                                 "-p", ",".join(str(pid) for pid in target.pids()), "-o", data, "--", "sleep",
                                  str(args.duration)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(0.5)
@@ -410,7 +410,7 @@ def main(argv):
             stream_rounds(args, [t for t in targets if len(t.ports) == 1], results)
         if args.perf:
             wanted = args.perf_targets.split(",")
-            for t in [g1] + [t for t in gateways if t is not g1 and t.name in wanted]:
+            for t in [g1] + [t for t in targets if t is not g1 and t.name in wanted]:
                 if t.name in wanted:
                     profile(args, tmp, t, upstream_pids)
         for t in gateways:

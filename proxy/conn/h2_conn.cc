@@ -141,7 +141,7 @@ void H2Conn::DetachAll() {
   streams_.clear();
 }
 
-H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_stream) {
+H2BodyPlan H2Conn::OnRequestHead(int32_t id, Request& head, bool end_stream) {
   idle_timer_.Cancel();
   auto stream = std::make_unique<Stream>(this, id);
   // The limits in force when the request begins, as over HTTP/1.1 (a reload may have come).
@@ -162,7 +162,7 @@ H2BodyPlan H2Conn::OnRequestHead(int32_t id, const Request& head, bool end_strea
     plan.mode = H2BodyPlan::Mode::kStream;
     stream->request_done = true;  // from here the upstream call's timeouts apply
     stream->answered = true;      // the relay answers
-    Request relayed = head;
+    Request relayed = std::move(head);  // the session needs no more of a streamed head
     std::string client = BelievedClient(peer_ip_, stream->route->listen.trusted, &relayed);
     stream->relay = std::make_unique<H2Relay>(
         env_, &session_,
@@ -272,8 +272,11 @@ void H2Conn::Flush() {
   evbuffer* out = bufferevent_get_output(bev_);
   flushing_ = true;
   // Frames are gathered and handed to the socket's buffer once: over TLS each add to it is an
-  // SSL_write (a record and a write(2) of its own), and an answer is two or three frames.
-  std::string staged;
+  // SSL_write (a record and a write(2) of its own), and an answer is two or three frames. The
+  // gathering buffer is the thread's, kept between flushes (taken, so a nested use gets its own).
+  thread_local std::string spare;
+  std::string staged = std::move(spare);
+  staged.clear();
   const size_t queued = evbuffer_get_length(out);
   while (queued + staged.size() < kWriteHigh) {
     const std::string_view piece = session_.PullOutput();
@@ -281,6 +284,7 @@ void H2Conn::Flush() {
     staged.append(piece);
   }
   if (!staged.empty()) evbuffer_add(out, staged.data(), staged.size());
+  spare = std::move(staged);
   flushing_ = false;
   if (closed_) return;
   if (!session_.Finished()) return;

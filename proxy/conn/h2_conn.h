@@ -49,7 +49,7 @@ class H2Conn final : public H2SessionHandler {
   void DetachAll();
 
   // H2SessionHandler.
-  H2BodyPlan OnRequestHead(int32_t stream, const Request& head, bool end_stream) override;
+  H2BodyPlan OnRequestHead(int32_t stream, Request& head, bool end_stream) override;
   void OnRequest(int32_t stream, Request request) override;
   void OnRequestBody(int32_t stream, std::string_view piece) override;  // relayed streams
   void OnRequestEnd(int32_t stream) override;

@@ -118,6 +118,7 @@ bool H2RequestBuilder::Add(std::string_view name, std::string_view value) {
     cookie_.append(value);
     has_cookie_ = true;
   } else if (!name.empty() && name.front() != ':') {
+    if (request_.headers.empty()) request_.headers.reserve(16);  // one allocation, not five
     request_.headers.push_back({std::string(name), std::string(value)});
     if (name == "content-length") {
       // nghttp2 checked it is one number; it frames the body against the DATA received.

@@ -65,8 +65,10 @@ enum class H2StreamEnd {
 class H2SessionHandler {
  public:
   virtual ~H2SessionHandler() = default;
-  // A stream's request head, complete and valid. `end_stream`: no body follows.
-  virtual H2BodyPlan OnRequestHead(int32_t stream, const Request& head, bool end_stream) = 0;
+  // A stream's request head, complete and valid. `end_stream`: no body follows. A handler that
+  // returns kStream may take the head's strings and headers (move from it): the session keeps
+  // only its framing (content_length, expect_continue) from then on.
+  virtual H2BodyPlan OnRequestHead(int32_t stream, Request& head, bool end_stream) = 0;
   // kBuffer: the whole request, body included.
   virtual void OnRequest(int32_t stream, Request request) = 0;
   // kStream: the next piece of the body (acknowledge it with Consume once forwarded), and its end.

@@ -35,7 +35,7 @@ struct Recorder : H2SessionHandler {
   std::map<int32_t, std::pair<H2StreamEnd, uint32_t>> closed;
   std::vector<int32_t> drained;
 
-  H2BodyPlan OnRequestHead(int32_t id, const Request& head, bool) override {
+  H2BodyPlan OnRequestHead(int32_t id, Request& head, bool) override {
     heads[id] = head;
     return plan;
   }
