@@ -100,8 +100,8 @@ void SocketReader::OnReady(evutil_socket_t fd, short, void* arg) {
     const int error = errno;
     self->Disable();
     errno = error;  // EVUTIL_SOCKET_ERROR() in the callback tells what failed
-    return self->on_event_(self->bev_, BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR),
-                           self->arg_);
+    return self->on_event_(
+        self->bev_, BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), self->arg_);
   }
   if (self->high_ != 0 && evbuffer_get_length(self->in_) >= self->high_) self->Suspend(true);
   self->on_read_(self->bev_, self->arg_);  // last: it may free this reader's owner

@@ -12,7 +12,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-
 #include <sys/types.h>
 
 #include <cstddef>
