@@ -406,13 +406,6 @@ void ClientConn::Close(CloseReason reason) {
   env_->ConnectionClosed(this, reason);
 }
 
-void ClientConn::EnableRead(bool on) {
-  if (reader_.initialized()) return on ? reader_.Enable() : reader_.Disable();
-  if (on) {
-    bufferevent_enable(bev_.get(), EV_READ);
-  } else {
-    bufferevent_disable(bev_.get(), EV_READ);
-  }
-}
+void ClientConn::EnableRead(bool on) { EnableReading(reader_, bev_.get(), on); }
 
 }  // namespace idemgate

@@ -107,4 +107,13 @@ void SocketReader::OnReady(evutil_socket_t fd, short, void* arg) {
   self->on_read_(self->bev_, self->arg_);  // last: it may free this reader's owner
 }
 
+void EnableReading(SocketReader& reader, bufferevent* bev, bool on) {
+  if (reader.initialized()) return on ? reader.Enable() : reader.Disable();
+  if (on) {
+    bufferevent_enable(bev, EV_READ);
+  } else {
+    bufferevent_disable(bev, EV_READ);
+  }
+}
+
 }  // namespace idemgate

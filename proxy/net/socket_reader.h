@@ -64,4 +64,7 @@ class SocketReader {
   bool suspended_ = false;  // by the high watermark
 };
 
+// Reading on or off: through `reader` when it reads the socket, else the bufferevent's own (TLS).
+void EnableReading(SocketReader& reader, bufferevent* bev, bool on);
+
 }  // namespace idemgate

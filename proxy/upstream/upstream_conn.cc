@@ -326,13 +326,6 @@ void UpstreamConn::Die() {
   pool_->OnConnDead(this);
 }
 
-void UpstreamConn::EnableRead(bool on) {
-  if (reader_.initialized()) return on ? reader_.Enable() : reader_.Disable();
-  if (on) {
-    bufferevent_enable(bev_.get(), EV_READ);
-  } else {
-    bufferevent_disable(bev_.get(), EV_READ);
-  }
-}
+void UpstreamConn::EnableRead(bool on) { EnableReading(reader_, bev_.get(), on); }
 
 }  // namespace idemgate
