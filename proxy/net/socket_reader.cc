@@ -22,14 +22,12 @@ void SocketReader::Init(bufferevent* bev, ReadFn on_read, EventFn on_event, void
   arg_ = arg;
   ev_.reset(event_new(bufferevent_get_base(bev), bufferevent_getfd(bev), EV_READ | EV_PERSIST,
                       &SocketReader::OnReady, this));
-  drained_cb_ = evbuffer_add_cb(in_, &SocketReader::OnInputDrained, this);
-  evbuffer_cb_clear_flags(in_, drained_cb_, EVBUFFER_CB_ENABLED);
 }
 
 void SocketReader::Reset() {
   if (ev_ == nullptr) return;
   ev_.reset();  // event_free deletes it first
-  evbuffer_remove_cb_entry(in_, drained_cb_);
+  if (drained_cb_ != nullptr) evbuffer_remove_cb_entry(in_, drained_cb_);
   drained_cb_ = nullptr;
   enabled_ = false;
   suspended_ = false;
@@ -56,11 +54,15 @@ void SocketReader::SetHighWater(size_t high) {
 void SocketReader::Suspend(bool suspended) {
   if (suspended == suspended_) return;
   suspended_ = suspended;
+  // The drain callback exists only while suspended: an evbuffer with any callback runs its
+  // callback list on every add and drain. Removing it from inside it is safe (libevent takes
+  // the next entry before calling one).
   if (suspended) {
     event_del(ev_.get());
-    evbuffer_cb_set_flags(in_, drained_cb_, EVBUFFER_CB_ENABLED);
+    drained_cb_ = evbuffer_add_cb(in_, &SocketReader::OnInputDrained, this);
   } else {
-    evbuffer_cb_clear_flags(in_, drained_cb_, EVBUFFER_CB_ENABLED);
+    if (drained_cb_ != nullptr) evbuffer_remove_cb_entry(in_, drained_cb_);
+    drained_cb_ = nullptr;
     Watch();
   }
 }
