@@ -260,3 +260,19 @@ def run_wrk(port, mode, prefix, duration, threads, conns, nkeys=1000, log=None):
             r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
             return r
     raise RuntimeError("wrk failed: %s %s" % (out.stdout[-1000:], out.stderr[-1000:]))
+
+
+def perf_record(pids, data, seconds):
+    """Starts `perf record` (DWARF call graphs, 499 Hz) of `pids` for `seconds` into `data`;
+    returns the process, to wait() on once the load has run."""
+    return subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p",
+                             ",".join(str(pid) for pid in pids), "-o", data, "--", "sleep",
+                             str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def perf_report(data, out_path, children=False):
+    """A flat `perf report` of `data` (self cost, or with children) into `out_path`."""
+    with open(out_path, "w") as f:
+        subprocess.run(["perf", "report", "-i", data, "--stdio", "--percent-limit", "0.7", "-g",
+                        "none", "--children" if children else "--no-children"], stdout=f,
+                       stderr=subprocess.DEVNULL)

@@ -115,16 +115,11 @@ def h2load(args, tmp, port, scenario):
 def profile(args, tmp, target):
     os.makedirs(args.perf, exist_ok=True)
     data = os.path.join(args.perf, "perf-h2-passthrough-%s.data" % target.name)
-    perf = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p",
-                             ",".join(str(pid) for pid in target.pids()), "-o", data, "--",
-                             "sleep", str(args.duration)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    perf = B.perf_record(target.pids(), data, args.duration)
     time.sleep(0.5)
     h2load(args, tmp, target.port, "passthrough")
     perf.wait()
-    with open(os.path.join(args.perf, "report-h2-passthrough-%s.txt" % target.name), "w") as f:
-        subprocess.run(["perf", "report", "-i", data, "--stdio", "--percent-limit", "0.7", "-g",
-                        "none", "--no-children"], stdout=f, stderr=subprocess.DEVNULL)
+    B.perf_report(data, os.path.join(args.perf, "report-h2-passthrough-%s.txt" % target.name))
     log("perf data for %s in %s" % (target.name, data))
 
 

@@ -315,17 +315,13 @@ def profile(args, tmp, target, upstream_pids):
         else:
             sc_name = sc
         data = os.path.join(args.perf, "perf-%s.data" % sc_name)
-        perf = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384",
-                                 "-p", ",".join(str(pid) for pid in target.pids()), "-o", data, "--", "sleep",
-                                 str(args.duration)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        perf = B.perf_record(target.pids(), data, args.duration)
         time.sleep(0.5)
         run_one(args, tmp, target, sc, "perf-" + sc, upstream_pids)
         perf.wait()
-        for mode, extra in [("self", ["--no-children"]), ("children", ["--children"])]:
-            with open(os.path.join(args.perf, "report-%s-%s.txt" % (sc_name, mode)), "w") as f:
-                subprocess.run(["perf", "report", "-i", data, "--stdio", "--percent-limit", "0.7",
-                                "-g", "none"] + extra, stdout=f, stderr=subprocess.DEVNULL)
+        for mode in ("self", "children"):
+            B.perf_report(data, os.path.join(args.perf, "report-%s-%s.txt" % (sc_name, mode)),
+                          children=mode == "children")
         log("perf data for %s in %s" % (sc_name, data))
 
 

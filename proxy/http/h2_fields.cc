@@ -100,6 +100,7 @@ H2RequestBuilder::H2RequestBuilder(uint64_t max_header_bytes, uint64_t bomb_byte
     : max_header_bytes_(max_header_bytes), bomb_bytes_(bomb_bytes) {
   request_.http_major = 2;
   request_.http_minor = 0;
+  request_.headers.reserve(16);  // one allocation for a usual head, not one per doubling
 }
 
 bool H2RequestBuilder::Add(std::string_view name, std::string_view value) {
@@ -118,7 +119,6 @@ bool H2RequestBuilder::Add(std::string_view name, std::string_view value) {
     cookie_.append(value);
     has_cookie_ = true;
   } else if (!name.empty() && name.front() != ':') {
-    if (request_.headers.empty()) request_.headers.reserve(16);  // one allocation, not five
     request_.headers.push_back({std::string(name), std::string(value)});
     if (name == "content-length") {
       // nghttp2 checked it is one number; it frames the body against the DATA received.

@@ -80,12 +80,12 @@ ssize_t SocketReader::ReadInto(evutil_socket_t fd, size_t want) {
   thread_local char buf[kMaxSingleRead];
   const ssize_t n = recv(fd, buf, std::min(want, sizeof(buf)), 0);
   if (n <= 0) return n;
-  const int error = errno;
   evbuffer_unfreeze(in_, 0);
-  const int added = evbuffer_add(in_, buf, static_cast<size_t>(n));
+  const bool added = evbuffer_add(in_, buf, static_cast<size_t>(n)) == 0;
   evbuffer_freeze(in_, 0);
-  errno = added == 0 ? error : ENOMEM;
-  return added == 0 ? n : -1;
+  if (added) return n;
+  errno = ENOMEM;
+  return -1;
 }
 
 void SocketReader::OnReady(evutil_socket_t fd, short, void* arg) {
