@@ -132,7 +132,14 @@ TEST_F(ResourcesTest, AnswerThatArrivedDuringAPauseIsNotATimeout) {
 // At the open-file limit (ulimit -n 100, 150 idle connections) accept() fails with EMFILE
 // while connections wait in the backlog: the workers pause accepting instead of spinning, the
 // error is logged at most once a second, and once the idle clients leave a request is served.
+// Not in the ASan+UBSan build: UBSan's vptr check asks whether the vtable is readable by
+// writing it to a pipe(), which fails while the descriptor table is full, so a valid object
+// is reported as having an invalid vptr and the gateway halts (a 15-line program reproduces
+// it). The same gateway built with ASan but without the vptr check passed 40 of 40 runs.
 TEST_F(ResourcesTest, OpenFileLimitNeitherSpinsNorFloodsTheLog) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "UBSan's vptr check cannot run at a full descriptor table (it needs a pipe)";
+#endif
   StartWithFileLimit(100);
   ASSERT_EQ(Post("k-before", "{}").status, 201);
   double cpu_before = CpuSeconds(gateway_.pid());
