@@ -80,8 +80,8 @@ bool Server::OpenStoreParts(const Config& config, std::string* error) {
   const bool embedded = config.store.backend == "rocksdb";
   StoreHooks hooks;
   hooks.clock = &clock_;
-  hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t) {
-    metrics->ObserveBatchSize(ops);
+  hooks.on_batch = [metrics = metrics_.get()](size_t ops, int64_t write_us) {
+    metrics->ObserveBatch(ops, write_us);
   };
   hooks.sealed = &sealed_;
   store_ = take_over_ && embedded ? OpenTakenOverStore(config, hooks, error)

@@ -179,7 +179,9 @@ void MetricsShard::RecordStoreOp(StoreOp op, int64_t micros) {
 Metrics::~Metrics() = default;
 
 Metrics::Metrics(int shards)
-    : batch_size_(BatchBounds()), upstream_stats_(std::make_unique<UpstreamStats>()) {
+    : batch_size_(BatchBounds()),
+      batch_write_(StoreBoundsUs()),
+      upstream_stats_(std::make_unique<UpstreamStats>()) {
   for (int i = 0; i < std::max(1, shards); ++i) shards_.push_back(std::make_unique<MetricsShard>());
 }
 
@@ -346,6 +348,13 @@ void Metrics::RenderHistograms(MetricsWriter* w) const {
   uint64_t sum = 0;
   batch_size_.AddTo(&counts, &sum);
   w->HistogramSamples("idemgate_store_batch_size", "", batch_size_.bounds(), counts, sum, 1.0);
+  w->Family("idemgate_store_write_duration_seconds", "histogram",
+            "Time of each group commit's write to the store (with store.sync, its WAL sync).");
+  counts.clear();
+  sum = 0;
+  batch_write_.AddTo(&counts, &sum);
+  w->HistogramSamples("idemgate_store_write_duration_seconds", "", batch_write_.bounds(), counts,
+                      sum, 1e-6);
 }
 
 void Metrics::RenderGauges(MetricsWriter* w) const {

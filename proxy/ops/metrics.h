@@ -97,8 +97,12 @@ class Metrics {
   MetricsShard& shard(int index) { return *shards_[index]; }
   int shard_count() const { return static_cast<int>(shards_.size()); }
 
-  // Group-commit batch sizes, from the store's writer thread (thread-safe).
-  void ObserveBatchSize(size_t records) { batch_size_.Observe(records); }
+  // One group commit, from the store's writer thread (thread-safe): how many records it wrote,
+  // and how long its write took (with store.sync, the WAL's fdatasync included).
+  void ObserveBatch(size_t records, int64_t write_us) {
+    batch_size_.Observe(records);
+    batch_write_.Observe(static_cast<uint64_t>(write_us < 0 ? 0 : write_us));
+  }
   // Gauges read at scrape time (set once at start-up, before any scrape).
   void SetRecordsSource(std::function<uint64_t()> fn) { records_ = std::move(fn); }
   void SetAccessLogDroppedSource(std::function<uint64_t()> fn) { log_dropped_ = std::move(fn); }
@@ -128,6 +132,7 @@ class Metrics {
 
   std::vector<std::unique_ptr<MetricsShard>> shards_;
   Histogram batch_size_;
+  Histogram batch_write_;  // microseconds
   std::function<uint64_t()> records_;
   std::function<uint64_t()> log_dropped_;
   std::function<std::string()> extra_;

@@ -101,6 +101,10 @@ TEST_F(AdminTest, EveryCounterMovesWithItsOutcome) {
   // Every claim, complete and release is one op of some group commit.
   EXPECT_GE(MetricValue(m, "idemgate_store_batch_size_count"), 1);
   EXPECT_EQ(MetricValue(m, "idemgate_store_batch_size_sum"), 8);
+  // One synced write per group commit, each of them timed.
+  EXPECT_EQ(MetricValue(m, "idemgate_store_write_duration_seconds_count"),
+            MetricValue(m, "idemgate_store_batch_size_count"));
+  EXPECT_GT(MetricValue(m, "idemgate_store_write_duration_seconds_sum"), 0);
   EXPECT_GE(MetricValue(m, "idemgate_store_records"), 1);
 }
 

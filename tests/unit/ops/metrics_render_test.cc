@@ -120,8 +120,8 @@ TEST(MetricsRender, ShardsAreSummedAtScrape) {
   metrics.shard(2).ConnectionOpened();
   metrics.shard(2).ConnectionClosed(CloseReason::kIdleTimeout);
   metrics.shard(0).RecordStoreOp(StoreOp::kComplete, 120);
-  metrics.ObserveBatchSize(3);
-  metrics.ObserveBatchSize(1000);
+  metrics.ObserveBatch(3, 180);
+  metrics.ObserveBatch(1000, 30'000);
   metrics.SetRecordsSource([] { return uint64_t{77}; });
   metrics.SetAccessLogDroppedSource([] { return uint64_t{5}; });
 
@@ -157,6 +157,10 @@ TEST(MetricsRender, ShardsAreSummedAtScrape) {
   EXPECT_EQ(Value(t, "idemgate_store_batch_size_bucket{le=\"4\"}"), 1);
   EXPECT_EQ(Value(t, "idemgate_store_batch_size_bucket{le=\"1024\"}"), 2);
   EXPECT_EQ(Value(t, "idemgate_store_batch_size_sum"), 1003);
+  EXPECT_EQ(Value(t, "idemgate_store_write_duration_seconds_bucket{le=\"0.00025\"}"), 1);
+  EXPECT_EQ(Value(t, "idemgate_store_write_duration_seconds_bucket{le=\"0.025\"}"), 1);
+  EXPECT_EQ(Value(t, "idemgate_store_write_duration_seconds_bucket{le=\"0.05\"}"), 2);
+  EXPECT_DOUBLE_EQ(Value(t, "idemgate_store_write_duration_seconds_sum"), 0.03018);
   EXPECT_EQ(Value(t, "idemgate_connections_open"), 1);
   EXPECT_EQ(Value(t, "idemgate_store_records"), 77);
   EXPECT_EQ(Value(t, "idemgate_access_log_dropped_total"), 5);
@@ -173,7 +177,7 @@ TEST(MetricsRender, ConcurrentWritersLoseNothing) {
     });
   }
   std::thread batches([&metrics] {
-    for (int n = 0; n < 10'000; ++n) metrics.ObserveBatchSize(2);
+    for (int n = 0; n < 10'000; ++n) metrics.ObserveBatch(2, 150);
   });
   // Scrapes while writers run must not crash or go backwards.
   double last = 0;
@@ -187,6 +191,7 @@ TEST(MetricsRender, ConcurrentWritersLoseNothing) {
   std::string t = metrics.Render();
   EXPECT_EQ(Value(t, "idemgate_requests_total{outcome=\"replay\"}"), 40'000);
   EXPECT_EQ(Value(t, "idemgate_store_batch_size_count"), 10'000);
+  EXPECT_EQ(Value(t, "idemgate_store_write_duration_seconds_count"), 10'000);
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: Apache-2.0
+# Where a fresh request's time goes at one connection, against its floor (a request through nginx
+# plus two fdatasyncs), all measured in the same run. Per round: nginx proxying (wrk -t1 -c1), the
+# fdatasync probe on the store's disk, then idemgate (workers = 1, store.sync = true) answering
+# fresh keys; the gateway's /metrics before and after give the mean time of each phase of its
+# requests: the claim and the completion (a worker's store call to its answer), inside each the
+# group commit's synced write, and the upstream call. What the gateway spends outside the store
+# calls and the upstream call, and what the client waits outside the gateway, are the rest.
+# Usage: python3 bench/http/fresh_breakdown.py --bin build/idemgate [--rounds 5] [--duration 5]
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import urllib.request
+
+import benchlib as B
+import http_bench as H
+
+SERIES = {
+    "request": ("idemgate_request_duration_seconds", 'outcome="fresh"'),
+    "claim": ("idemgate_store_operation_duration_seconds", 'op="claim"'),
+    "complete": ("idemgate_store_operation_duration_seconds", 'op="complete"'),
+    "upstream": ("idemgate_upstream_duration_seconds", ""),
+    "write": ("idemgate_store_write_duration_seconds", ""),
+}
+
+
+def scrape(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for name, (family, labels) in SERIES.items():
+        values = []
+        for suffix in ("_sum", "_count"):
+            pattern = re.escape(family + suffix) + (r"\{" + re.escape(labels) + r"\}" if labels
+                                                   else "") + r" (\S+)"
+            m = re.search("^" + pattern + "$", text, re.M)
+            values.append(float(m.group(1)) if m else 0.0)
+        out[name] = values
+    return out
+
+
+def mean_ms(before, after, name):
+    s = after[name][0] - before[name][0]
+    n = after[name][1] - before[name][1]
+    return (s / n * 1e3 if n else 0.0), n
+
+
+def start_gateway(procs, args, tmp, up_port):
+    """idemgate (workers = 1, synced store) with its admin port on; (port, admin, proc, store)."""
+    port, admin = B.free_ports(2)
+    store = os.path.join(tmp, "store")
+    conf = B.render("idemgate.toml", os.path.join(tmp, "idemgate.toml"),
+                    {"PORT": port, "UPSTREAM_PORT": up_port, "STORE": store, "WORKERS": 1,
+                     "SYNC": "true", "ACCESS": "off"})
+    with open(conf) as f:
+        text = f.read()
+    H.check('[admin]\naddress = ""' in text, "the template's [admin] table changed")
+    with open(conf, "w") as f:
+        f.write(text.replace('[admin]\naddress = ""', '[admin]\naddress = "127.0.0.1:%d"' % admin))
+    out = os.path.join(tmp, "idemgate.out")
+    p = procs.start([args.bin, "--config", conf], out)
+    B.wait_line(out, "listening on", p)
+    B.wait_port(admin, p)
+    return port, admin, p, store
+
+
+def one_round(args, nginx_port, port, admin, pid, store, idx):
+    ng = B.run_wrk(nginx_port, "passthrough", "p", args.duration, 1, 1)
+    probe = B.fdatasync_probe(store, 200)
+    before, cpu0 = scrape(admin), B.thread_group_run_seconds(pid)
+    fr = B.run_wrk(port, "fresh", "f%d" % idx, args.duration, 1, 1)
+    after, cpu1 = scrape(admin), B.thread_group_run_seconds(pid)
+    errors = sum(fr[k] for k in ("status_errors", "connect", "read", "write", "timeout"))
+    H.check(errors == 0, "fresh: %s" % fr)
+    r = {"nginx": 1e3 / ng["rps"], "fresh": 1e3 / fr["rps"], "fdatasync": probe[0]}
+    for name in SERIES:
+        r[name], r[name + "_n"] = mean_ms(before, after, name)
+    n = r["request_n"] or 1
+    for group in ("workers", "store"):
+        r["cpu_" + group] = (cpu1[group] - cpu0[group]) / n * 1e3
+    return r
+
+
+ROWS = [
+    ("a fresh request, as the client sees it (1 / req/s)", "fresh"),
+    ("  inside the gateway (complete request to answer)", "request"),
+    ("    claim: store call to answer", "claim"),
+    ("      its group commit's synced write", "write_claim"),
+    ("    upstream call", "upstream"),
+    ("    completion: store call to answer", "complete"),
+    ("      its group commit's synced write", "write_complete"),
+    ("    the rest in the gateway (parse, hash, lookup, answer)", "rest"),
+    ("  outside the gateway (client, loopback, wake-ups)", "outside"),
+    ("hand-offs: both store calls less their writes", "handoffs"),
+    ("the floor: nginx's request + 2 fdatasync (probe p50)", "floor"),
+    ("  a request through nginx (1 / req/s)", "nginx"),
+    ("  fdatasync of a 64 B append (probe p50)", "fdatasync"),
+    ("fresh / floor", "ratio"),
+    ("CPU per fresh request: workers / store thread", "cpu"),
+]
+
+
+def derive(r):
+    # One write per group commit; at one connection each holds one record (checked below).
+    r["write_claim"] = r["write_complete"] = r["write"]
+    r["rest"] = r["request"] - r["claim"] - r["upstream"] - r["complete"]
+    r["outside"] = r["fresh"] - r["request"]
+    r["handoffs"] = r["claim"] + r["complete"] - 2 * r["write"]
+    r["floor"] = r["nginx"] + 2 * r["fdatasync"]
+    r["ratio"] = r["fresh"] / r["floor"]
+    return r
+
+
+def report(results):
+    med = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    print("| per request, median of %d rounds | ms |" % len(results))
+    print("|---|---:|")
+    for label, key in ROWS:
+        if key == "cpu":
+            value = "%.0f / %.0f us" % (med["cpu_workers"] * 1e3, med["cpu_store"] * 1e3)
+        elif key == "ratio":
+            value = "%.2fx" % med[key]
+        else:
+            value = "%.3f" % med[key]
+        print("| %s | %s |" % (label, value))
+    batches = statistics.median(r["write_n"] / max(1, r["request_n"]) for r in results)
+    print("\ngroup commits per fresh request: %.2f (2: claim and completion each alone)" % batches)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="fresh_breakdown.py")
+    ap.add_argument("--bin", default="build/idemgate")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--duration", type=int, default=5)
+    args = ap.parse_args(argv)
+    args.sync = "true"
+    tmp = tempfile.mkdtemp(prefix="idemgate-freshbd-")
+    procs = B.Procs()
+    hole = B.black_hole()
+    try:
+        up_port = B.free_ports(1)[0]
+        vals = {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp,
+                "UPSTREAM_PORT": up_port, "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
+        up = H.start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
+        B.wait_port(up_port, up)
+        px = H.start_nginx_proxy(procs, tmp, vals, "proxy", False)
+        port, admin, p, store = start_gateway(procs, args, tmp, up_port)
+        B.run_wrk(port, "fresh", "warm", 2, 1, 1)
+        results = [derive(one_round(args, px.ports[0], port, admin, p.pid, store, i))
+                   for i in range(args.rounds)]
+        print("load %s; %d rounds of %d s, wrk -t1 -c1" % (B.loadavg(), args.rounds,
+                                                          args.duration))
+        report(results)
+    finally:
+        procs.stop_all()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
