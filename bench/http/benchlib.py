@@ -126,39 +126,44 @@ THREAD_GROUPS = [("workers", "idg-worker-"), ("store", "idg-store"), ("rocksdb b
                  ("access log", "idg-accesslog")]
 
 
-def thread_group_cpu_seconds(pid):
-    """{group: utime + stime} of `pid`'s threads by THREAD_GROUPS, the rest under "other"."""
+def _by_thread_group(pid, read):
+    """{group: sum of read(task dir)} over `pid`'s threads by THREAD_GROUPS, the rest under
+    "other"; a thread that ends meanwhile is left out."""
     out = {g: 0 for g, _ in THREAD_GROUPS}
     out["other"] = 0
     for task in glob.glob("/proc/%d/task/*" % pid):
         try:
             with open(task + "/comm") as f:
                 comm = f.read()
-            with open(task + "/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+            value = read(task)
+        except (OSError, ValueError, IndexError):
             continue
-        group = next((g for g, p in THREAD_GROUPS if comm.startswith(p)), "other")
-        out[group] += int(fields[11]) + int(fields[12])
-    return {g: v / os.sysconf("SC_CLK_TCK") for g, v in out.items()}
+        out[next((g for g, p in THREAD_GROUPS if comm.startswith(p)), "other")] += value
+    return out
+
+
+def _stat_ticks(task):
+    with open(task + "/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _schedstat_ns(task):
+    with open(task + "/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def thread_group_cpu_seconds(pid):
+    """{group: utime + stime} of `pid`'s threads by THREAD_GROUPS, the rest under "other"."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return {g: v / tick for g, v in _by_thread_group(pid, _stat_ticks).items()}
 
 
 def thread_group_run_seconds(pid):
-    """{group: time on a CPU} of `pid`'s threads by THREAD_GROUPS, from /proc/.../schedstat: the
-    scheduler's own clock, in ns, where utime + stime are ticks (10 ms here) charged to whoever
-    runs when one fires, which is noise for a thread that runs 100 us at a time."""
-    out = {g: 0 for g, _ in THREAD_GROUPS}
-    out["other"] = 0
-    for task in glob.glob("/proc/%d/task/*" % pid):
-        try:
-            with open(task + "/comm") as f:
-                comm = f.read()
-            with open(task + "/schedstat") as f:
-                ns = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        out[next((g for g, p in THREAD_GROUPS if comm.startswith(p)), "other")] += ns
-    return {g: v / 1e9 for g, v in out.items()}
+    """{group: time on a CPU} of `pid`'s threads, from /proc/.../schedstat: the scheduler's own
+    clock, in ns, where utime + stime are ticks (10 ms here) charged to whoever runs when one
+    fires, which is noise for a thread that runs 100 us at a time."""
+    return {g: v / 1e9 for g, v in _by_thread_group(pid, _schedstat_ns).items()}
 
 
 def context_switches(pids):

@@ -141,12 +141,7 @@ def main(argv):
     procs = B.Procs()
     hole = B.black_hole()
     try:
-        up_port = B.free_ports(1)[0]
-        vals = {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp,
-                "UPSTREAM_PORT": up_port, "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
-        up = H.start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
-        B.wait_port(up_port, up)
-        px = H.start_nginx_proxy(procs, tmp, vals, "proxy", False)
+        up_port, px = H.start_origin_and_proxy(procs, tmp, hole)
         port, admin, p, store = start_gateway(procs, args, tmp, up_port)
         B.run_wrk(port, "fresh", "warm", 2, 1, 1)
         results = [derive(one_round(args, px.ports[0], port, admin, p.pid, store, i))
