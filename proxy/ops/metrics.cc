@@ -343,18 +343,18 @@ void Metrics::RenderHistograms(MetricsWriter* w) const {
         [op](const MetricsShard& s) -> const Histogram& { return s.store_latency_[op]; }, op == 0,
         1e-6);
   }
-  w->Family("idemgate_store_batch_size", "histogram", "Records written per group commit.");
-  std::vector<uint64_t> counts;
-  uint64_t sum = 0;
-  batch_size_.AddTo(&counts, &sum);
-  w->HistogramSamples("idemgate_store_batch_size", "", batch_size_.bounds(), counts, sum, 1.0);
-  w->Family("idemgate_store_write_duration_seconds", "histogram",
-            "Time of each group commit's write to the store (with store.sync, its WAL sync).");
-  counts.clear();
-  sum = 0;
-  batch_write_.AddTo(&counts, &sum);
-  w->HistogramSamples("idemgate_store_write_duration_seconds", "", batch_write_.bounds(), counts,
-                      sum, 1e-6);
+  // The store's writer thread keeps these two alone: one histogram each, not one per shard.
+  auto render_one = [&](const char* name, const char* help, const Histogram& h, double scale) {
+    w->Family(name, "histogram", help);
+    std::vector<uint64_t> counts;
+    uint64_t sum = 0;
+    h.AddTo(&counts, &sum);
+    w->HistogramSamples(name, "", h.bounds(), counts, sum, scale);
+  };
+  render_one("idemgate_store_batch_size", "Records written per group commit.", batch_size_, 1.0);
+  render_one("idemgate_store_write_duration_seconds",
+             "Time of each group commit's write to the store (with store.sync, its WAL sync).",
+             batch_write_, 1e-6);
 }
 
 void Metrics::RenderGauges(MetricsWriter* w) const {
