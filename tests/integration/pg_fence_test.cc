@@ -20,9 +20,12 @@ class PgFenceGatewaysTest : public PgGatewaysTest {
  protected:
   void SetUp() override {
     PgGatewaysTest::SetUp();
+    // The demo backend answers after up to 1 s plus a PostgreSQL transaction; under the
+    // sanitizers and the cluster tests beside them that transaction has taken over 0.5 s, so the
+    // answer gets 3 s of room (lease > connect_timeout + response_timeout, SPEC C4).
     Set("upstream", "connect_timeout", "\"100ms\"");
-    Set("upstream", "response_timeout", "\"1500ms\"");
-    Set("idempotency", "lease", "\"2s\"");
+    Set("upstream", "response_timeout", "\"4s\"");
+    Set("idempotency", "lease", "\"5s\"");
   }
   // The demo API on the gateways' database; the gateways go to it.
   void StartDemo(int delay_ms, int hold_first_ms, bool fence = true) {
@@ -112,7 +115,7 @@ TEST_F(PgFenceGatewaysTest, KilledBeforeTheBackendExecutedTheRetryExecutesOnce) 
 // the other instance took over and completed attempt 2. Its fence fails; it rolls back; the key
 // executed once, by attempt 2.
 TEST_F(PgFenceGatewaysTest, StaleAttemptReachingTheBackendAfterItsTakeoverIsFenced) {
-  StartDemo(0, /*hold_first_ms=*/5'000);
+  StartDemo(0, /*hold_first_ms=*/8'000);  // reaches the database 3 s after the lease ends
   StartGateway(0);
   StartGateway(1);
   const std::string body = R"({"amount":"4400"})";
