@@ -9,7 +9,7 @@ import tempfile
 import threading
 import time
 
-from . import checks
+from . import checks, trace
 from .clients import Record, call, client_loop
 from .gateway import RESPONSE_TIMEOUT_S, Idemgate, PlantedProxy
 from .nemesis import DiskFull, Nemesis
@@ -109,7 +109,7 @@ def drive(gws, rec, rng, stats, disk_full, violations, opts, seed, minutes, clus
         t.join(90)
 
 
-def dump(workdir, rec, execs, replays):
+def dump(workdir, rec, execs, replays, attempts):
     """Every answer and every upstream execution, as JSON lines, for the evidence."""
     def ans(a):
         return {"status": a[0], "headers": a[1], "body": a[2].decode(errors="replace")}
@@ -123,7 +123,9 @@ def dump(workdir, rec, execs, replays):
             f.write(json.dumps({"key": key, "different_body": True, "answer": ans(a)}) + "\n")
     with open(os.path.join(workdir, "executions.jsonl"), "w") as f:
         for key, eid, body, t in execs:
-            f.write(json.dumps({"key": key, "exec": eid, "body": body, "t": t}) + "\n")
+            attempt, request_id = attempts.get(eid, (None, None))
+            f.write(json.dumps({"key": key, "exec": eid, "attempt": attempt,
+                                "request_id": request_id, "body": body, "t": t}) + "\n")
 
 
 def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
@@ -166,7 +168,8 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
             replays = replay_all(rec, [gw.port for gw in gws], seed)
         # With a fencing backend no second execution is excused: zero, not "explained".
         twice, unrec = checks.check(rec, upstream.log.snapshot(), replays,
-                                    opts.takeover and fencing != "fence", violations)
+                                    opts.takeover and fencing != "fence", violations,
+                                    getattr(upstream.log, "attempts", {}))
         stats["not recorded"] = unrec
     finally:
         for gw in gws:
@@ -183,8 +186,12 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     if (quiet or not violations) and not opts.keep:  # quiet: a self-test's planted run
         shutil.rmtree(workdir, ignore_errors=True)
     else:
-        dump(workdir, rec, upstream.log.snapshot(), replays)
-        print(f"(answers.jsonl, executions.jsonl and gateway*.log kept in {workdir})")
+        attempts = getattr(upstream.log, "attempts", {})
+        dump(workdir, rec, upstream.log.snapshot(), replays, attempts)
+        for key in sorted({ev.split(":")[0] for inv, ev in violations
+                           if inv == "at most one execution"}):
+            print("\n".join(trace.explain(workdir, key, upstream.log.snapshot(), attempts)))
+        print(f"(answers.jsonl, executions.jsonl, access*.log and gateway*.log kept in {workdir})")
     return violations, stats
 
 

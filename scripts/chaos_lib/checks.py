@@ -39,7 +39,7 @@ def exec_id(body):
         return None
 
 
-def check(rec, execs, replays, takeover, violations):
+def check(rec, execs, replays, takeover, violations, attempts=None):
     """Appends (invariant, evidence) to violations; returns the keys executed twice by reason,
     and how many answers were the gateway's own "not recorded", by the faults in flight."""
     by_key = {}
@@ -61,7 +61,7 @@ def check(rec, execs, replays, takeover, violations):
         if a[0] != 422:
             violations.append(("422 only for different bodies", f"{key}: a different body "
                                f"got {a[0]} {a[2][:80]!r}, not 422"))
-    count_twice(rec, by_key, takeover, twice, violations)
+    count_twice(rec, by_key, takeover, twice, violations, attempts or {})
     return twice, not_recorded
 
 
@@ -102,7 +102,7 @@ def check_answers(key, answers, rp, execs, violations):
             break
 
 
-def count_twice(rec, by_key, takeover, twice, violations):
+def count_twice(rec, by_key, takeover, twice, violations, attempts):
     for key, eids in by_key.items():
         if len(eids) < 2:
             continue
@@ -113,5 +113,6 @@ def count_twice(rec, by_key, takeover, twice, violations):
             twice[reason] = twice.get(reason, 0) + 1
         else:
             violations.append(("at most one execution", f"{key}: executed {len(eids)} times; "
-                               f"in flight at: {sorted(hits) or 'no fault'}"
+                               f"in flight at: {sorted(hits) or 'no fault'}; (attempt, "
+                               f"request id) {[attempts.get(e) for e in eids]}"
                                f"{'' if takeover else ' (takeover = false)'}"))

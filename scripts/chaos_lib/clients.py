@@ -31,12 +31,14 @@ class Record:
         self.statuses = {}
 
     def begin(self, key):
+        """A request of `key` is sent; returns its number among all requests (an id to trace)."""
         with self.lock:
             self.inflight[key] = self.inflight.get(key, 0) + 1
             self.requests += 1
             now = time.monotonic()
             for reason in list(self.active) + [r for r, t in self.settle.items() if t > now]:
                 self.hits.setdefault(key, set()).add(reason)
+            return self.requests
 
     def fault_begins(self, reason):
         """Marks the keys in flight, and every key that begins until fault_ends(reason): a
@@ -84,11 +86,15 @@ class Record:
             return len(self.inflight)
 
 
-def send(port, key, body, timeout):
+def send(port, key, body, timeout, request_id=None):
+    """One request; `request_id` (X-Request-Id) follows it into the gateway's access log and the
+    upstream's record of executions."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    headers = {"Authorization": AUTH, "Idempotency-Key": key, "Content-Type": "application/json"}
+    if request_id:
+        headers["X-Request-Id"] = request_id
     try:
-        c.request("POST", PATH, body=body, headers={
-            "Authorization": AUTH, "Idempotency-Key": key, "Content-Type": "application/json"})
+        c.request("POST", PATH, body=body, headers=headers)
         r = c.getresponse()
         return r.status, r.getheaders(), r.read()
     finally:
@@ -123,10 +129,11 @@ def call_retrying(rec, ports, key, body, rng, give_up_s):
     behind a load balancer); returns the final answer or None (gave up)."""
     t0, delay = time.monotonic(), 0.05
     while True:
-        rec.begin(key)
+        n = rec.begin(key)
         status = "conn"
         try:
-            status, headers, data = send(rng.choice(ports), key, body, timeout=10)
+            status, headers, data = send(rng.choice(ports), key, body, timeout=10,
+                                         request_id=f"{key}.{n}")
         except (OSError, http.client.HTTPException):
             pass
         finally:

@@ -148,6 +148,9 @@ class Idemgate(Process):
         self.fault_file = os.path.join(workdir, f"faults{tag}")
         self.faults = FaultControl(self.fault_file)
         self.config = os.path.join(workdir, f"idemgate{tag}.toml")
+        # Each exchange's line (outcome, attempt, latencies, key_hash): the evidence a violation
+        # is read against; kept with the work directory.
+        self.access_log = os.path.join(workdir, f"access{tag}.log")
         backend = "" if pg_dsn is None else f"""backend = "postgres"
 [store.postgres]
 dsn = "{pg_dsn}"
@@ -173,7 +176,7 @@ shutdown_grace = "2s"
 [admin]
 address = ""
 [log]
-access = "off"
+access = "{self.access_log}"
 """ + (encryption_toml(workdir) if encrypted else ""))
 
     def argv(self):

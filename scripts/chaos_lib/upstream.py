@@ -14,10 +14,12 @@ class ExecLog:
     def __init__(self):
         self.lock = threading.Lock()
         self.execs = []  # (key, exec_id, body, t)
+        self.attempts = {}  # exec_id -> (the gateway's Idempotency-Attempt, X-Request-Id)
 
-    def add(self, key, exec_id, body):
+    def add(self, key, exec_id, body, attempt=None, request_id=None):
         with self.lock:
             self.execs.append((key, exec_id, body, time.monotonic()))
+            self.attempts[exec_id] = (attempt, request_id)
 
     def snapshot(self):
         with self.lock:
@@ -79,7 +81,8 @@ def make_handler(log, rng, rng_lock, slow_s):
             body = self.rfile.read(n).decode(errors="replace")
             key = self.headers.get("Idempotency-Key") or ""
             exec_id = uuid.uuid4().hex
-            log.add(key, exec_id, body)
+            log.add(key, exec_id, body, self.headers.get("Idempotency-Attempt"),
+                    self.headers.get("X-Request-Id"))
             self._answer_executed({"exec": exec_id, "key": key}, rng, rng_lock, slow_s)
 
     return Handler
