@@ -105,6 +105,7 @@ class Exchange {
   void CompleteWith(StoredResponse response);
   void SendComplete();
   void OnComplete(const StoreStatus& status);
+  void OnTakenOver();
   void Release(ErrorCode code, std::string detail = {});
   void OnReleased(const StoreStatus& status);
   int64_t LeaseMarginMs() const;
@@ -135,7 +136,9 @@ class Exchange {
 
   // Runs a store callback's work back on this exchange's loop.
   template <typename Fn>
-  void OnLoop(Fn fn);
+  void OnLoop(Fn fn) {
+    env_->Post(std::move(fn));
+  }
 
   ExchangeEnv* env_;
   ResponseSink* sink_;
@@ -157,6 +160,7 @@ class Exchange {
   // Monotonic: before the lease ends, the upstream call and the retries of Complete stop here.
   int64_t complete_deadline_us_ = 0;
   int64_t claim_sent_us_ = 0;
+  int64_t complete_sent_us_ = 0;  // the first Complete of this attempt
   int64_t complete_backoff_ms_ = 50;
   std::unique_ptr<LoopTimer> retry_timer_;
   std::unique_ptr<LoopTimer> claim_timer_;     // store.confirm_timeout, armed while kClaiming

@@ -131,6 +131,30 @@ TEST_F(ExchangeTest, ExpiredLeaseIsTakenOverAndTheOldAttemptsResultIsRefusedC3) 
   EXPECT_EQ(Only(Begin(Post("k1"))).response.body, "from-b");  // the one result
 }
 
+// An attempt that went upstream and then lost its key says so, with where its time went: the
+// operator's evidence that the request may have executed twice (a stalled process or disk).
+TEST_F(ExchangeTest, AnAttemptTakenOverAfterItWentUpstreamSaysWhereItsTimeWent) {
+  int a = Begin(Post("k1"));
+  Settle();
+  env_.Advance(31'000);  // A's upstream call outlives the 30 s lease (a stalled process)
+  int b = Begin(Post("k1"));
+  Settle();
+  ASSERT_EQ(env_.upstream.size(), 2u);  // B took over: the upstream runs the request again
+  env_.Advance(2'000);
+  AnswerUpstream(0, Answer(201, "from-a"));
+  Settle();
+  EXPECT_EQ(Only(a).response.status, 409);
+  ASSERT_EQ(env_.log_lines.size(), 1u);
+  EXPECT_NE(env_.log_lines[0].find("\"error_detail\":\"attempt 1 was taken over: 33000 ms after "
+                                   "its claim (lease 30000 ms); upstream started after 0 ms and "
+                                   "took 33000 ms, completion sent 0 ms after\""),
+            std::string::npos)
+      << env_.log_lines[0];
+  AnswerUpstream(1, Answer(201, "from-b"));
+  Settle();
+  EXPECT_EQ(Only(b).response.body, "from-b");
+}
+
 TEST_F(ExchangeTest, UnreachableUpstreamReleasesTheFirstAttemptsRecordR3a) {
   int id = Begin(Post("k1"));
   Settle();
