@@ -66,19 +66,31 @@ ConnectionTokens::ConnectionTokens(const Headers& message_headers) {
       std::string_view token = TrimOws(rest.substr(0, comma));
       if (!token.empty()) {
         ++connection_tokens_parsed;
-        tokens_.push_back(token);
+        Add(token);
       }
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
   }
-  std::sort(tokens_.begin(), tokens_.end(), NameLess);
-  tokens_.erase(std::unique(tokens_.begin(), tokens_.end(), HeaderNameEquals), tokens_.end());
+  std::string_view* first = many_.empty() ? few_.data() : many_.data();
+  std::sort(first, first + count_, NameLess);
+  count_ = static_cast<size_t>(std::unique(first, first + count_, HeaderNameEquals) - first);
+}
+
+void ConnectionTokens::Add(std::string_view token) {
+  if (many_.empty() && count_ < kFew) {
+    few_[count_++] = token;
+    return;
+  }
+  if (many_.empty()) many_.assign(few_.begin(), few_.end());
+  many_.push_back(token);
+  ++count_;
 }
 
 bool ConnectionTokens::Lists(std::string_view name) const {
-  auto it = std::lower_bound(tokens_.begin(), tokens_.end(), name, NameLess);
-  return it != tokens_.end() && HeaderNameEquals(*it, name);
+  const std::string_view* end = data() + count_;
+  const std::string_view* it = std::lower_bound(data(), end, name, NameLess);
+  return it != end && HeaderNameEquals(*it, name);
 }
 
 uint64_t ConnectionTokensParsedForTest() { return connection_tokens_parsed; }

@@ -2,6 +2,7 @@
 // Request/Response value types and their serialization. Knows no sockets and no parser.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -37,10 +38,17 @@ class ConnectionTokens {
  public:
   explicit ConnectionTokens(const Headers& message_headers);
   bool Lists(std::string_view name) const;  // case-insensitive
-  bool empty() const { return tokens_.empty(); }
+  bool empty() const { return count_ == 0; }
 
  private:
-  std::vector<std::string_view> tokens_;
+  // A message lists one or two tokens ("keep-alive", "close"): those stay in `few_` (one per
+  // message allocated otherwise); `many_` only past that.
+  static constexpr size_t kFew = 4;
+  void Add(std::string_view token);
+  const std::string_view* data() const { return many_.empty() ? few_.data() : many_.data(); }
+  std::array<std::string_view, kFew> few_{};
+  std::vector<std::string_view> many_;
+  size_t count_ = 0;
 };
 
 // Connection tokens parsed so far by this thread (every ConnectionTokens counts its own): lets a

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -21,7 +22,14 @@ namespace idemgate {
 
 namespace {
 
-bool NeedsEscape(unsigned char c) { return c == '"' || c == '\\' || c < 0x20 || c >= 0x7F; }
+// '"', '\\' and every byte outside printable ASCII, as a table: every string of every line is
+// scanned.
+constexpr std::array<bool, 256> kNeedsEscape = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0; c < 256; ++c) t[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x7F;
+  return t;
+}();
+bool NeedsEscape(unsigned char c) { return kNeedsEscape[c]; }
 
 // JSON string contents; bytes outside printable ASCII are escaped so every line is valid JSON
 // whatever the request carried.
@@ -46,10 +54,14 @@ void AppendJsonString(std::string* out, std::string_view text) {
   out->push_back('"');
 }
 
-void AppendField(std::string* out, std::string_view name) {
-  out->append(",\"");
-  out->append(name);
-  out->append("\":");
+// ,"name": in one append (the name is a literal: its size is known here).
+template <size_t N>
+void AppendField(std::string* out, const char (&name)[N]) {
+  char buf[N + 3] = {',', '"'};
+  memcpy(buf + 2, name, N - 1);
+  buf[N + 1] = '"';
+  buf[N + 2] = ':';
+  out->append(buf, sizeof(buf));
 }
 
 template <typename Int>

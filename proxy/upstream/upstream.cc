@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -23,10 +24,19 @@ namespace idemgate {
 
 // The Host for requests that came without one: the upstream's host, and its port unless default.
 std::string UpstreamHost(const Config::Upstream& upstream) {
+  // Built in place (it is made for every request): no temporaries.
   const std::string& host = upstream.addr.host;
-  std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  const bool bracket = host.find(':') != std::string::npos;  // an IPv6 literal
+  std::string out;
+  out.reserve(host.size() + 8);
+  if (bracket) out.push_back('[');
+  out.append(host);
+  if (bracket) out.push_back(']');
   if (upstream.addr.port != (upstream.tls ? 443 : 80)) {
-    out += ":" + std::to_string(upstream.addr.port);
+    char port[8];
+    auto end = std::to_chars(port, port + sizeof(port), upstream.addr.port).ptr;
+    out.push_back(':');
+    out.append(port, end);
   }
   return out;
 }
