@@ -5,6 +5,7 @@
 # dumped (callgrind_control -d). Instructions of all the gateway's threads (store included) / N.
 # Usage: python3 bench/http/instr_bench.py --bin A [--bin B ...] [--requests 2000]
 #   [--access-log off|on|both] [--keep DIR: callgrind outputs for callgrind_annotate]
+#   [--nginx: also the baseline nginx proxy's passthrough, run the same way]
 import argparse
 import glob
 import os
@@ -90,6 +91,33 @@ def measure(args, procs, tmp, up_port, binary, idx, logged):
     return row
 
 
+def measure_nginx(args, procs, tmp, vals, idx, logged):
+    """The baseline nginx proxy (1 worker, run as its own master: master_process off) under
+    callgrind, passthrough only: what a relayed request costs the proxy idemgate is compared to."""
+    port = B.free_ports(1)[0]
+    v = dict(vals, PROXY_PORT=port, PID=os.path.join(tmp, "px%d.pid" % idx),
+             ACCESS_LOG=H.access_log_path(tmp, "px%d" % idx, logged))
+    conf = B.render("nginx_proxy.conf", os.path.join(tmp, "px%d.conf" % idx), v)
+    with open(conf) as f:
+        text = f.read().replace("master_process on;", "master_process off;")
+    with open(conf, "w") as f:
+        f.write(text)
+    p = procs.start(["valgrind", "--tool=callgrind", "--callgrind-out-file=" +
+                     os.path.join(tmp, "cg.out.%p"), "nginx", "-e",
+                     os.path.join(tmp, "px%d.err" % idx), "-p", tmp, "-c", conf],
+                    os.path.join(tmp, "px%d.out" % idx))
+    B.wait_port(port, p)
+    send(port, "passthrough", "", 200)
+    subprocess.run(["callgrind_control", "-z", str(p.pid)], check=True, capture_output=True,
+                   timeout=300)
+    codes = send(port, "passthrough", "", args.requests)
+    ir = instructions(tmp, p.pid, "passthrough")
+    H.check(codes == {201: args.requests}, "nginx passthrough: %s" % codes)
+    H.log("nginx passthrough: %.0f instructions/request" % (ir / args.requests))
+    procs.stop(p, deadline_s=60)
+    return ir / args.requests
+
+
 def main(argv):
     ap = argparse.ArgumentParser(prog="instr_bench.py")
     ap.add_argument("--bin", action="append", required=True, help="idemgate binary (repeat)")
@@ -99,6 +127,8 @@ def main(argv):
                     help="each binary with log.access off, on (a file), or both")
     ap.add_argument("--keep", metavar="DIR", default="",
                     help="copy the callgrind outputs (cg.out.*) to DIR")
+    ap.add_argument("--nginx", action="store_true",
+                    help="also the baseline nginx proxy, passthrough (each access-log mode)")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="idemgate-instr-")
     procs, hole = B.Procs(), B.black_hole()
@@ -124,6 +154,9 @@ def main(argv):
             first, last = rows[m * n], rows[m * n + n - 1]
             print("| ratio last/first | %s | %s |" % ("on" if modes[m] else "off", " | ".join(
                 "%.3f" % (last[s] / first[s]) for s in scs)))
+        for m, logged in enumerate(modes if args.nginx else []):
+            print("| nginx proxy (1 worker), passthrough only | %s | %.0f |" % (
+                "on" if logged else "off", measure_nginx(args, procs, tmp, vals, m, logged)))
         if args.keep:
             os.makedirs(args.keep, exist_ok=True)
             for f in glob.glob(os.path.join(tmp, "cg.out.*")):

@@ -170,7 +170,13 @@ void ClientConn::OnRelayWritten() { relay_.PauseResponse(false); }
 void ClientConn::EndStream(bool clean, bool request_complete) {
   if (clean && relay_framing_ == BodyFraming::kChunked) QueueOut(kLastChunk);
   FlushOut();
-  std::string().swap(relay_out_);  // an idle connection keeps no buffer
+  // The next answer on this connection reuses the buffer when it is small (a typical answer's
+  // head and body: no allocation per request); a large one is given back while idle.
+  if (relay_out_.capacity() > kKeptOutBytes) {
+    std::string().swap(relay_out_);
+  } else {
+    relay_out_.clear();
+  }
   evbuffer* out = bufferevent_get_output(bev_.get());
   if (!clean || !request_complete) close_after_ = true;
   if (write_low_set_) bufferevent_setwatermark(bev_.get(), EV_WRITE, 0, 0);  // all written

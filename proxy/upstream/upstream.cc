@@ -24,20 +24,22 @@ namespace idemgate {
 
 // The Host for requests that came without one: the upstream's host, and its port unless default.
 std::string UpstreamHost(const Config::Upstream& upstream) {
-  // Built in place (it is made for every request): no temporaries.
+  // Built in place (it is made for every request), at its final size: no temporaries, and no
+  // allocation when it fits in the string itself ("127.0.0.1:8080").
   const std::string& host = upstream.addr.host;
   const bool bracket = host.find(':') != std::string::npos;  // an IPv6 literal
-  std::string out;
-  out.reserve(host.size() + 8);
-  if (bracket) out.push_back('[');
-  out.append(host);
-  if (bracket) out.push_back(']');
+  char port[8] = {':'};
+  size_t port_len = 0;
   if (upstream.addr.port != (upstream.tls ? 443 : 80)) {
-    char port[8];
-    auto end = std::to_chars(port, port + sizeof(port), upstream.addr.port).ptr;
-    out.push_back(':');
-    out.append(port, end);
+    port_len = static_cast<size_t>(
+        std::to_chars(port + 1, port + sizeof(port), upstream.addr.port).ptr - port);
   }
+  std::string out(host.size() + (bracket ? 2 : 0) + port_len, '[');
+  char* p = out.data() + (bracket ? 1 : 0);
+  memcpy(p, host.data(), host.size());
+  p += host.size();
+  if (bracket) *p++ = ']';
+  memcpy(p, port, port_len);
   return out;
 }
 

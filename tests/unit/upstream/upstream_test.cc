@@ -14,6 +14,22 @@ namespace idemgate {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The Host sent for a request that came without one: the port only when not the scheme's.
+TEST(UpstreamHost, NamesThePortOnlyWhenNotTheDefaultAndBracketsIpv6) {
+  Config::Upstream up;
+  up.addr = {"127.0.0.1", 80};
+  EXPECT_EQ(UpstreamHost(up), "127.0.0.1");
+  up.addr = {"127.0.0.1", 65535};
+  EXPECT_EQ(UpstreamHost(up), "127.0.0.1:65535");
+  up.addr = {"::1", 8443};
+  EXPECT_EQ(UpstreamHost(up), "[::1]:8443");
+  up.tls = true;
+  up.addr = {"payments.internal.example", 443};
+  EXPECT_EQ(UpstreamHost(up), "payments.internal.example");
+  up.addr = {"payments.internal.example", 80};
+  EXPECT_EQ(UpstreamHost(up), "payments.internal.example:80");
+}
 using Clock = std::chrono::steady_clock;
 
 class UpstreamTest : public ::testing::Test {
