@@ -66,8 +66,8 @@ void Exchange::OnComplete(const StoreStatus& status) {
     return Respond(std::move(pending_), false);
   }
   error_.reset();  // the upstream's error (if any) is not what the client gets
-  error_detail_ = status.message;
   if (status.code == StoreCode::kStaleClaim) return OnTakenOver();
+  error_detail_ = status.message;
   // The upstream executed but its result is not durable yet. Retry while the lease holds, so a
   // store that recovers (disk space freed) still records it and no retry can execute twice.
   int64_t next_us = env_->MonoUs() + complete_backoff_ms_ * 1000;

@@ -72,9 +72,8 @@ ConnectionTokens::ConnectionTokens(const Headers& message_headers) {
       rest.remove_prefix(comma + 1);
     }
   }
-  std::string_view* first = many_.empty() ? few_.data() : many_.data();
-  std::sort(first, first + count_, NameLess);
-  count_ = static_cast<size_t>(std::unique(first, first + count_, HeaderNameEquals) - first);
+  std::sort(data(), data() + count_, NameLess);
+  count_ = static_cast<size_t>(std::unique(data(), data() + count_, HeaderNameEquals) - data());
 }
 
 void ConnectionTokens::Add(std::string_view token) {

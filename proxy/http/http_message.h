@@ -45,6 +45,7 @@ class ConnectionTokens {
   // message allocated otherwise); `many_` only past that.
   static constexpr size_t kFew = 4;
   void Add(std::string_view token);
+  std::string_view* data() { return many_.empty() ? few_.data() : many_.data(); }
   const std::string_view* data() const { return many_.empty() ? few_.data() : many_.data(); }
   std::array<std::string_view, kFew> few_{};
   std::vector<std::string_view> many_;

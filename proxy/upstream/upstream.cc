@@ -34,8 +34,9 @@ std::string UpstreamHost(const Config::Upstream& upstream) {
     port_len = static_cast<size_t>(
         std::to_chars(port + 1, port + sizeof(port), upstream.addr.port).ptr - port);
   }
-  std::string out(host.size() + (bracket ? 2 : 0) + port_len, '[');
-  char* p = out.data() + (bracket ? 1 : 0);
+  std::string out(host.size() + (bracket ? 2 : 0) + port_len, '\0');
+  char* p = out.data();
+  if (bracket) *p++ = '[';
   memcpy(p, host.data(), host.size());
   p += host.size();
   if (bracket) *p++ = ']';

@@ -167,9 +167,9 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
             stats["clean restart s"] = took
             replays = replay_all(rec, [gw.port for gw in gws], seed)
         # With a fencing backend no second execution is excused: zero, not "explained".
-        twice, unrec = checks.check(rec, upstream.log.snapshot(), replays,
-                                    opts.takeover and fencing != "fence", violations,
-                                    getattr(upstream.log, "attempts", {}))
+        execs, attempts = upstream.log.snapshot(), upstream.log.attempts()
+        twice, unrec = checks.check(rec, execs, replays, opts.takeover and fencing != "fence",
+                                    violations, attempts)
         stats["not recorded"] = unrec
     finally:
         for gw in gws:
@@ -186,11 +186,10 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     if (quiet or not violations) and not opts.keep:  # quiet: a self-test's planted run
         shutil.rmtree(workdir, ignore_errors=True)
     else:
-        attempts = getattr(upstream.log, "attempts", {})
-        dump(workdir, rec, upstream.log.snapshot(), replays, attempts)
+        dump(workdir, rec, execs, replays, attempts)
         for key in sorted({ev.split(":")[0] for inv, ev in violations
                            if inv == "at most one execution"}):
-            print("\n".join(trace.explain(workdir, key, upstream.log.snapshot(), attempts)))
+            print("\n".join(trace.explain(workdir, key, execs, attempts)))
         print(f"(answers.jsonl, executions.jsonl, access*.log and gateway*.log kept in {workdir})")
     return violations, stats
 

@@ -80,6 +80,7 @@ class FencingLog:
         self.fenced = 0  # attempts the fence refused (rolled back, nothing done)
         self.lock = threading.Lock()
         self.final = None
+        self.final_attempts = {}
 
     def snapshot(self):
         """Read once, at the end (while the database is still up); the same list afterwards."""
@@ -89,14 +90,23 @@ class FencingLog:
             try:
                 c = Conn(self.dsn)
                 try:
-                    rows = c.exec("SELECT key, exec_id, body, t::text FROM chaos_intents")
+                    rows = c.exec("SELECT key, exec_id, body, t::text, attempt::text FROM "
+                                  "chaos_intents")
                 finally:
                     c.close()
-                self.final = [(k, e, b, float(t)) for k, e, b, t in rows]
+                self.final = [(k, e, b, float(t)) for k, e, b, t, _ in rows]
+                self.final_attempts = {e: (a if a != "0" else None, None)
+                                       for _, e, _, _, a in rows}
                 return self.final
             except PgError:
                 time.sleep(1)
         raise RuntimeError("the executions could not be read from PostgreSQL")
+
+    def attempts(self):
+        """{exec_id: (attempt, None)}: the attempt each execution committed with (no request id
+        is kept in the table)."""
+        self.snapshot()
+        return self.final_attempts
 
 
 def make_handler(log, fence, rng, rng_lock, slow_s):

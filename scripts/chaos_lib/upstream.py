@@ -14,16 +14,21 @@ class ExecLog:
     def __init__(self):
         self.lock = threading.Lock()
         self.execs = []  # (key, exec_id, body, t)
-        self.attempts = {}  # exec_id -> (the gateway's Idempotency-Attempt, X-Request-Id)
+        self._attempts = {}  # exec_id -> (the gateway's Idempotency-Attempt, X-Request-Id)
 
     def add(self, key, exec_id, body, attempt=None, request_id=None):
         with self.lock:
             self.execs.append((key, exec_id, body, time.monotonic()))
-            self.attempts[exec_id] = (attempt, request_id)
+            self._attempts[exec_id] = (attempt, request_id)
 
     def snapshot(self):
         with self.lock:
             return list(self.execs)
+
+    def attempts(self):
+        """{exec_id: (attempt, request id)}, each as the gateway sent it (None: not sent)."""
+        with self.lock:
+            return dict(self._attempts)
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
