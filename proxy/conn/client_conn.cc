@@ -213,7 +213,7 @@ void ClientConn::OnParsed() {
   if (state_ == State::kRelaying) {
     if (parser_->message_complete()) {
       // Ready for the next request; its bytes wait in the input buffer until this answer is out.
-      parser_->TakeRequest();
+      parser_->DropRequest();
       relay_.RequestEnd();
     } else {
       relay_.CheckUpstreamBacklog();

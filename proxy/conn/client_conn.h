@@ -122,7 +122,8 @@ class ClientConn final : public StreamSink {
   PassthroughRelay relay_;
   std::unique_ptr<H2Conn> h2_;
   std::string relay_out_;  // answer bytes gathered for one direct write to the client
-  static constexpr size_t kKeptOutBytes = 2048;  // relay_out_ kept between answers up to this
+  std::string relay_head_;  // a relayed answer's head, serialized (its room reused)
+  static constexpr size_t kKeptOutBytes = 2048;  // both kept between answers up to this
   BodyFraming relay_framing_ = BodyFraming::kNone;
   bool write_low_set_ = false;  // the output's low watermark is set (back-pressure seen)
   bool continue_sent_ = false;

@@ -102,7 +102,9 @@ void ClientConn::SendHead(const StoredResponse& stored, int64_t length, std::str
   ConnectionHeader connection = close_after_ ? ConnectionHeader::kClose
                                 : http10_    ? ConnectionHeader::kKeepAlive
                                              : ConnectionHeader::kNone;
-  QueueOut(SerializeStreamedResponseHead(stored, framing, length, connection, request_id));
+  relay_head_.clear();
+  AppendStreamedResponseHead(&relay_head_, stored, framing, length, connection, request_id);
+  QueueOut(relay_head_);
   relay_framing_ = framing;
 }
 
@@ -172,10 +174,12 @@ void ClientConn::EndStream(bool clean, bool request_complete) {
   FlushOut();
   // The next answer on this connection reuses the buffer when it is small (a typical answer's
   // head and body: no allocation per request); a large one is given back while idle.
-  if (relay_out_.capacity() > kKeptOutBytes) {
-    std::string().swap(relay_out_);
-  } else {
-    relay_out_.clear();
+  for (std::string* kept : {&relay_out_, &relay_head_}) {
+    if (kept->capacity() > kKeptOutBytes) {
+      std::string().swap(*kept);
+    } else {
+      kept->clear();
+    }
   }
   evbuffer* out = bufferevent_get_output(bev_.get());
   if (!clean || !request_complete) close_after_ = true;

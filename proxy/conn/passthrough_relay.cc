@@ -46,7 +46,7 @@ void PassthroughRelay::Begin(Request& head, const Config& config, bool tls) {
   started_us_ = env_->MonoUs();
   chunked_up_ = head.chunked;
   head_request_ = head.method == "HEAD";
-  request_id_ = AssignRequestId(&head);
+  AssignRequestId(&head, &request_id_);
   method_ = head.method;
   protocol_ = ProtocolOf(head.http_major, head.http_minor);
   path_ = std::string(head.Path());
@@ -119,7 +119,7 @@ void PassthroughRelay::PauseResponse(bool paused) {
   call_->PauseResponse(paused);
 }
 
-void PassthroughRelay::OnResponseHead(Response head) {
+void PassthroughRelay::OnResponseHead(Response&& head) {
   upstream_status_ = head.status;
   status_ = head.status;
   const int64_t length = head.content_length >= 0 && !head.chunked ? head.content_length : -1;

@@ -60,7 +60,7 @@ class PassthroughRelay final : public StreamReceiver {
   const std::string& request_id() const { return request_id_; }  // this request's X-Request-Id
 
   // StreamReceiver: the upstream's answer.
-  void OnResponseHead(Response head) override;
+  void OnResponseHead(Response&& head) override;
   void OnResponseBody(std::string_view piece) override;
   void OnRequestDrained() override;
   void OnResponseFlush() override;

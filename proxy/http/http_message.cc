@@ -211,6 +211,9 @@ std::string_view Request::Path() const {
 
 namespace {
 
+// A body up to this size that came with its head is sent in the same buffer.
+constexpr int64_t kSmallBody = 16 << 10;
+
 // The request line and headers sent upstream, without the framing header and the blank line.
 void AppendUpstreamHead(std::string& out, const Request& request, std::string_view client_ip,
                         std::string_view proto, std::string_view default_host,
@@ -272,8 +275,16 @@ std::string SerializeUpstreamRequest(const Request& request, std::string_view cl
 std::string SerializeUpstreamRequestHead(const Request& request, std::string_view client_ip,
                                          std::string_view proto, std::string_view default_host,
                                          std::string_view host_override) {
+  // Room for the head as sent plus what the gateway adds, and for a small body's bytes, which
+  // the relay appends when they came with the head (the buffer then goes upstream in one write).
+  size_t room = request.method.size() + request.target.size() + default_host.size() +
+                host_override.size() + client_ip.size() + 160;
+  for (const Header& h : request.headers) room += h.name.size() + h.value.size() + 4;
+  if (!request.chunked && request.content_length > 0 && request.content_length <= kSmallBody) {
+    room += static_cast<size_t>(request.content_length);
+  }
   std::string out;
-  out.reserve(256);
+  out.reserve(room);
   AppendUpstreamHead(out, request, client_ip, proto, default_host, host_override);
   if (request.chunked) {
     AppendHeader(&out, "Transfer-Encoding", "chunked");
@@ -395,12 +406,18 @@ std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFr
                                           std::string_view request_id) {
   std::string out;
   out.reserve(256);
-  AppendStatusAndHeaders(&out, response, request_id);
-  if (framing == BodyFraming::kLength) AppendHeader(&out, "Content-Length", std::to_string(length));
-  if (framing == BodyFraming::kChunked) AppendHeader(&out, "Transfer-Encoding", "chunked");
-  AppendConnection(&out, connection);
-  out.append("\r\n");
+  AppendStreamedResponseHead(&out, response, framing, length, connection, request_id);
   return out;
+}
+
+void AppendStreamedResponseHead(std::string* out, const StoredResponse& response,
+                                BodyFraming framing, int64_t length, ConnectionHeader connection,
+                                std::string_view request_id) {
+  AppendStatusAndHeaders(out, response, request_id);
+  if (framing == BodyFraming::kLength) AppendHeader(out, "Content-Length", std::to_string(length));
+  if (framing == BodyFraming::kChunked) AppendHeader(out, "Transfer-Encoding", "chunked");
+  AppendConnection(out, connection);
+  out->append("\r\n");
 }
 
 }  // namespace idemgate

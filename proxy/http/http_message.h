@@ -165,5 +165,9 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
 std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
                                           int64_t length, ConnectionHeader connection,
                                           std::string_view request_id = {});
+// The same, appended to `out` (a buffer its caller reuses from answer to answer).
+void AppendStreamedResponseHead(std::string* out, const StoredResponse& response,
+                                BodyFraming framing, int64_t length, ConnectionHeader connection,
+                                std::string_view request_id = {});
 
 }  // namespace idemgate

@@ -79,11 +79,23 @@ Request& RequestParser::mutable_request() { return impl_->request; }
 
 Request RequestParser::TakeRequest() {
   Request out = std::move(impl_->request);
+  NextRequest();
+  return out;
+}
+
+void RequestParser::DropRequest() {
+  Headers kept = std::move(impl_->request.headers);
+  kept.clear();
+  // The engine's own list went to the request at Sync (trailers are not kept): empty here.
+  if (impl_->engine.headers.empty()) impl_->engine.headers = std::move(kept);
+  NextRequest();
+}
+
+void RequestParser::NextRequest() {
   impl_->request = Request{};
   Engine& e = impl_->engine;
   e.ResetMessage();
   if (llhttp_get_errno(&e.parser) == HPE_PAUSED) llhttp_resume(&e.parser);
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -122,6 +134,14 @@ Response ResponseParser::TakeHead() {
   return out;
 }
 
+void ResponseParser::GiveBackHeaders(Headers&& headers) {
+  Engine& e = impl_->engine;
+  // Only while the engine holds no list of its own (taken by TakeHead; trailers are not kept).
+  if (!e.headers.empty() || headers.capacity() <= e.headers.capacity()) return;
+  headers.clear();
+  e.headers = std::move(headers);
+}
+
 size_t ResponseParser::Feed(const char* data, size_t len) { return impl_->engine.Feed(data, len); }
 
 void ResponseParser::FeedEof() {
@@ -155,7 +175,8 @@ Response ResponseParser::TakeResponse() {
   out.status = e.parser.status_code;
   out.reason = std::move(e.reason);
   out.http_minor = e.parser.http_minor;
-  out.headers = std::move(e.headers);
+  // A streamed response's headers went with TakeHead: the list left is kept for the next one.
+  if (!e.headers.empty()) out.headers = std::move(e.headers);
   out.body = std::move(e.body);
   out.keep_alive = e.keep_alive;
   out.chunked = e.framing_chunked;

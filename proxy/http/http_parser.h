@@ -57,8 +57,12 @@ class RequestParser {
   bool DecideBody(uint64_t max_body, BodySink sink);
   // Moves the complete request out and resets for the next message on the same stream.
   Request TakeRequest();
+  // The same for a request that was used in place (relayed): it is dropped, and its header
+  // list's room kept for the next request's headers (no allocation per request).
+  void DropRequest();
 
  private:
+  void NextRequest();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -88,6 +92,9 @@ class ResponseParser {
   Response TakeResponse();
   // Streamed: the status line and headers (body empty, framing set), once headers_complete().
   Response TakeHead();
+  // A taken head's header list, once its names and values were used: its room holds the next
+  // response's headers (a streamed response's list is then never allocated again).
+  void GiveBackHeaders(Headers&& headers);
 
  private:
   struct Impl;

@@ -15,10 +15,11 @@ bool IsUsableRequestId(std::string_view id) {
          std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
+namespace {
 // 128 bits from a per-thread generator seeded once from the OS's CSPRNG: an id correlates
 // log lines and is no secret, and RAND_bytes per request cost ~8% of a proxied request (OpenSSL
 // 3 looks its DRBG's parameters up on every call).
-std::string NewRequestId() {
+void WriteNewRequestId(std::string* out) {
   thread_local std::mt19937_64 gen = [] {
     uint32_t seed[8];
     if (RAND_bytes(reinterpret_cast<unsigned char*>(seed), sizeof(seed)) != 1) {
@@ -29,33 +30,44 @@ std::string NewRequestId() {
     return std::mt19937_64(seq);
   }();
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(32, '0');
+  out->resize(32);
   for (int half = 0; half < 2; ++half) {
     uint64_t bits = gen();
-    for (int i = 0; i < 16; ++i, bits >>= 4) out[half * 16 + i] = kHex[bits & 15];
+    for (int i = 0; i < 16; ++i, bits >>= 4) (*out)[half * 16 + i] = kHex[bits & 15];
   }
+}
+}  // namespace
+
+std::string NewRequestId() {
+  std::string out;
+  WriteNewRequestId(&out);
   return out;
 }
 
 std::string AssignRequestId(Request* request) {
   std::string id;
+  AssignRequestId(request, &id);
+  return id;
+}
+
+void AssignRequestId(Request* request, std::string* id) {
+  id->clear();
   Headers& headers = request->headers;
   for (const Header& h : headers) {
     if (HeaderNameEquals(h.name, kRequestIdHeader) && IsUsableRequestId(h.value)) {
-      id = h.value;
+      *id = h.value;
       break;
     }
   }
-  bool given = !id.empty();
-  if (!given) id = NewRequestId();
+  bool given = !id->empty();
+  if (!given) WriteNewRequestId(id);
   bool kept = false;
   std::erase_if(headers, [&](const Header& h) {
     if (!HeaderNameEquals(h.name, kRequestIdHeader)) return false;
-    if (given && !kept && h.value == id) return !(kept = true);
+    if (given && !kept && h.value == *id) return !(kept = true);
     return true;
   });
-  if (!kept) headers.push_back({kRequestIdHeader, id});
-  return id;
+  if (!kept) headers.push_back({kRequestIdHeader, *id});
 }
 
 }  // namespace idemgate

@@ -19,5 +19,8 @@ std::string NewRequestId();
 // Leaves exactly one X-Request-Id in `request`: the client's first usable one, else a new one
 // (replacing unusable ones). Returns it.
 std::string AssignRequestId(Request* request);
+// The same, written to `*id`: a connection's relay keeps one string for every request it relays
+// (its room is reused, not allocated per request).
+void AssignRequestId(Request* request, std::string* id);
 
 }  // namespace idemgate

@@ -53,7 +53,9 @@ struct UpstreamLimits {
 class StreamReceiver {
  public:
   virtual ~StreamReceiver() = default;
-  virtual void OnResponseHead(Response head) = 0;           // body empty; framing set
+  // Body empty, framing set. The receiver may move the fields out; the list itself goes back to
+  // the parser afterwards (its room serves the next response).
+  virtual void OnResponseHead(Response&& head) = 0;
   virtual void OnResponseBody(std::string_view piece) = 0;  // decoded (chunks unwrapped)
   // The request body written so far has (mostly) left: more may be written.
   virtual void OnRequestDrained() = 0;

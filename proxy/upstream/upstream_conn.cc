@@ -162,8 +162,10 @@ void UpstreamConn::StreamRead() {
     if (!done_) return;  // cancelled by the receiver
     if (parser_->headers_complete() && !head_sent_ && parser_->error_free()) {
       head_sent_ = true;
-      receiver_->OnResponseHead(parser_->TakeHead());
+      Response head = parser_->TakeHead();
+      receiver_->OnResponseHead(std::move(head));
       if (!done_) return;
+      parser_->GiveBackHeaders(std::move(head.headers));
       continue;
     }
     if (used < len) break;
