@@ -219,7 +219,8 @@ StreamCall* UpstreamGroup::Start(std::string request, bool head_request,
   return handle;
 }
 
-// The callback holds only the call's shared_ptr, small enough for std::function's own storage.
+// The callback holds the call's shared_ptr, its only owner while the server's call runs (libstdc++
+// keeps such a callback on the heap: a shared_ptr is not trivially copyable).
 void UpstreamGroup::Try(std::shared_ptr<Call> call) {
   Server& server = servers_[call->index];
   ++server.in_flight;
