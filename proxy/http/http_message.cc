@@ -401,15 +401,6 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
   return out;
 }
 
-std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
-                                          int64_t length, ConnectionHeader connection,
-                                          std::string_view request_id) {
-  std::string out;
-  out.reserve(256);
-  AppendStreamedResponseHead(&out, response, framing, length, connection, request_id);
-  return out;
-}
-
 void AppendStreamedResponseHead(std::string* out, const StoredResponse& response,
                                 BodyFraming framing, int64_t length, ConnectionHeader connection,
                                 std::string_view request_id) {

@@ -161,11 +161,8 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
 
 // The head of a streamed (passthrough) answer: status line, `response`'s headers (from
 // ToStoredResponse; its body is ignored), X-Request-Id unless `request_id` is empty, then the
-// framing (`length` for kLength) and `connection`.
-std::string SerializeStreamedResponseHead(const StoredResponse& response, BodyFraming framing,
-                                          int64_t length, ConnectionHeader connection,
-                                          std::string_view request_id = {});
-// The same, appended to `out` (a buffer its caller reuses from answer to answer).
+// framing (`length` for kLength) and `connection`, appended to `out` (a buffer its caller reuses
+// from answer to answer).
 void AppendStreamedResponseHead(std::string* out, const StoredResponse& response,
                                 BodyFraming framing, int64_t length, ConnectionHeader connection,
                                 std::string_view request_id = {});

@@ -84,10 +84,9 @@ Request RequestParser::TakeRequest() {
 }
 
 void RequestParser::DropRequest() {
-  Headers kept = std::move(impl_->request.headers);
-  kept.clear();
   // The engine's own list went to the request at Sync (trailers are not kept): empty here.
-  if (impl_->engine.headers.empty()) impl_->engine.headers = std::move(kept);
+  // NextRequest's reset clears the entries and keeps the room.
+  if (impl_->engine.headers.empty()) impl_->engine.headers = std::move(impl_->request.headers);
   NextRequest();
 }
 

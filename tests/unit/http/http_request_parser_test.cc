@@ -81,6 +81,29 @@ TEST(RequestParser, PipelinedRequestsStopAtEachMessage) {
   EXPECT_EQ(parser.TakeRequest().target, "/b");
 }
 
+// A relayed request is dropped in place; the next one on the connection has its own headers only
+// (the dropped one's list is reused, not its entries).
+TEST(RequestParser, DroppedRequestLeavesNothingToTheNext) {
+  std::string first = "POST /a HTTP/1.1\r\nX-First: 1\r\nContent-Type: application/json\r\n"
+                      "Content-Length: 2\r\n\r\n{}";
+  std::string second = "GET /b HTTP/1.1\r\nX-Second: 2\r\n\r\n";
+  std::string all = first + second;
+  RequestParser parser(1024, 1024);
+  size_t used = parser.Feed(all.data(), all.size());
+  ASSERT_TRUE(parser.message_complete());
+  EXPECT_EQ(parser.request().headers.size(), 3u);
+  parser.DropRequest();
+  EXPECT_FALSE(parser.started());
+  EXPECT_EQ(parser.Feed(all.data() + used, all.size() - used), second.size());
+  ASSERT_TRUE(parser.message_complete());
+  Request b = parser.TakeRequest();
+  EXPECT_EQ(b.target, "/b");
+  ASSERT_EQ(b.headers.size(), 1u);
+  EXPECT_EQ(b.headers[0].name, "X-Second");
+  EXPECT_EQ(b.headers[0].value, "2");
+  EXPECT_TRUE(b.body.empty());
+}
+
 TEST(RequestParser, ByteByByte) {
   std::string raw =
       "POST /split HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"

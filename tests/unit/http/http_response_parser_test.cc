@@ -313,5 +313,29 @@ TEST(ResponseParser, StreamedResponseGivesTheHeadThenPieces) {
   EXPECT_TRUE(parser.TakeResponse().body.empty());
 }
 
+// A streamed head's list given back serves the next response: that one has its own headers only.
+TEST(ResponseParser, HeadersGivenBackHoldOnlyTheNextResponsesHeaders) {
+  ResponseParser parser(UINT64_MAX);
+  parser.Begin(false, [](std::string_view) {});
+  std::string first = "HTTP/1.1 200 OK\r\nX-First: 1\r\nContent-Length: 2\r\n\r\nok";
+  size_t used = parser.Feed(first.data(), first.size());
+  ASSERT_TRUE(parser.headers_complete()) << parser.error_detail();
+  Response head = parser.TakeHead();
+  ASSERT_EQ(head.headers.size(), 2u);
+  parser.GiveBackHeaders(std::move(head.headers));
+  parser.Feed(first.data() + used, first.size() - used);
+  ASSERT_TRUE(parser.message_complete());
+  EXPECT_TRUE(parser.TakeResponse().headers.empty());  // they went with the head
+  parser.Begin(false);
+  std::string second = "HTTP/1.1 201 Created\r\nX-Second: 2\r\nContent-Length: 0\r\n\r\n";
+  parser.Feed(second.data(), second.size());
+  ASSERT_TRUE(parser.message_complete()) << parser.error_detail();
+  Response next = parser.TakeResponse();
+  EXPECT_EQ(next.status, 201);
+  ASSERT_EQ(next.headers.size(), 2u);
+  EXPECT_EQ(next.headers[0].name, "X-Second");
+  EXPECT_EQ(next.headers[1].name, "Content-Length");
+}
+
 }  // namespace
 }  // namespace idemgate
