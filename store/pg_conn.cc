@@ -57,10 +57,9 @@ void Conn::Start() {
 
 void Conn::Watch(short what) {
   evutil_socket_t fd = PQsocket(pg_);
-  // While connecting libpq may close its socket and open another (the next host) that gets the
-  // same number; epoll forgets a closed descriptor, so the event is registered anew each step.
-  bool connecting = state_ == State::kConnecting;
-  if (ev_ != nullptr && fd == ev_fd_ && what == ev_what_ && !connecting) return;
+  // While connecting, Poll has dropped the event (libpq may have changed sockets, even to one
+  // with the same number that epoll had forgotten), so it is registered anew each step.
+  if (ev_ != nullptr && fd == ev_fd_ && what == ev_what_) return;
   if (ev_ != nullptr) event_free(ev_);
   ev_ = event_new(base_, fd, what | EV_PERSIST, &Conn::OnEvent, this);
   ev_fd_ = fd;
@@ -84,6 +83,13 @@ void Conn::OnTimer(evutil_socket_t, short, void* arg) {
 }
 
 void Conn::Poll() {
+  // PQconnectPoll may close its socket to try the next host, and another thread's accept() may
+  // be given that number at once: the event on it goes first, so no epoll_ctl ever names a
+  // descriptor that is no longer ours. Watch registers the one libpq waits on next.
+  if (ev_ != nullptr) {
+    event_free(ev_);
+    ev_ = nullptr;
+  }
   switch (PQconnectPoll(pg_)) {
     case PGRES_POLLING_READING:
       return Watch(EV_READ);
