@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 
 #include <cstdio>
+#include <limits>
 #include <regex>
 #include <thread>
 
@@ -78,6 +79,70 @@ TEST(AccessLogFormat, LineFieldsAndEscaping) {
   e.wait_us = 1'500'000;  // SPEC §10: how long the duplicate waited
   line = FormatAccessLine(e);
   EXPECT_NE(line.find(R"("upstream_ms":0.005,"wait_ms":1500.000,)"), std::string::npos) << line;
+}
+
+// Every byte value at every place of a 16-byte path is escaped as JSON wants, whichever of the
+// eight-byte words it falls in.
+TEST(AccessLogFormat, EveryByteIsEscapedWhereverItFalls) {
+  auto expected = [](unsigned char c) -> std::string {
+    if (c == '"' || c == '\\') return std::string("\\") + static_cast<char>(c);
+    if (c >= 0x20 && c < 0x7F) return std::string(1, static_cast<char>(c));
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+    return buf;
+  };
+  AccessEntry e;
+  for (int c = 0; c < 256; ++c) {
+    for (size_t at = 0; at < 16; ++at) {
+      std::string path = "/abcdefghijklmno";
+      path[at] = static_cast<char>(c);
+      e.path = path;
+      std::string want = "\"path\":\"" + std::string(path.substr(0, at)) +
+                         expected(static_cast<unsigned char>(c)) + path.substr(at + 1) + "\",";
+      std::string line = FormatAccessLine(e);
+      ASSERT_NE(line.find(want), std::string::npos) << "byte " << c << " at " << at << ": " << line;
+    }
+  }
+}
+
+// Every field present at its longest (numbers at their limits, every byte escaped): the line is
+// whole, appended after what the buffer held, and nothing past it is left in the buffer.
+TEST(AccessLogFormat, EveryFieldAtItsLongestIsWrittenWhole) {
+  const std::string escaped(300, '\x01');
+  AccessEntry e;
+  e.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(7'258'118'400'999));
+  e.method = escaped;
+  e.path = escaped;
+  e.protocol = "HTTP/1.1";
+  e.client_ip = escaped;
+  e.request_id = escaped;
+  e.status = std::numeric_limits<int>::min();
+  e.client_closed = true;
+  e.outcome = "relayed";
+  e.error = ErrorCode::kUpstreamTimeout;
+  e.error_detail = escaped;
+  e.attempt = std::numeric_limits<uint32_t>::max();
+  e.total_us = std::numeric_limits<int64_t>::max();
+  e.upstream_us = std::numeric_limits<int64_t>::max();
+  e.wait_us = std::numeric_limits<int64_t>::max();
+  e.key_hash = escaped;
+  std::string out = "before\n";
+  AppendAccessLine(e, &out);
+  ASSERT_EQ(out.rfind("before\n{\"time\":\"2200-01-01T00:00:00.999Z\",\"method\":\"\\u0001", 0), 0u)
+      << out.substr(0, 80);
+  EXPECT_EQ(out.back(), '}');
+  EXPECT_NE(out.find(R"("status":499,"answer_status":-2147483648,"outcome":"relayed",)"),
+            std::string::npos);
+  EXPECT_NE(out.find(R"("attempt":4294967295,"latency_ms":9223372036854775.807,)"),
+            std::string::npos);
+  EXPECT_NE(out.find(R"("wait_ms":9223372036854775.807,"bytes_out":0,"key_hash":")"),
+            std::string::npos);
+  size_t escapes = 0;
+  for (size_t at = out.find("\\u0001"); at != std::string::npos; at = out.find("\\u0001", at + 1)) {
+    ++escapes;
+  }
+  EXPECT_EQ(escapes, 6u * 300u);  // method, path, client_ip, request_id, error_detail, key_hash
+  EXPECT_EQ(out.find('\0'), std::string::npos);  // no room reserved is left over
 }
 
 TEST(AccessLogWriter, WritesEveryLineAndFlushesOnClose) {
