@@ -123,9 +123,9 @@ void PassthroughRelay::OnResponseHead(Response&& head) {
   upstream_status_ = head.status;
   status_ = head.status;
   const int64_t length = head.content_length >= 0 && !head.chunked ? head.content_length : -1;
-  StoredResponse stored = ToStoredResponse(std::move(head), head_request_, AnswerUse::kRelayed);
+  ToStoredResponse(std::move(head), head_request_, AnswerUse::kRelayed, &head_out_);
   head_sent_ = true;
-  sink_->SendHead(stored, length, request_id_, request_done_);
+  sink_->SendHead(head_out_, length, request_id_, request_done_);
 }
 
 void PassthroughRelay::OnResponseBody(std::string_view piece) {

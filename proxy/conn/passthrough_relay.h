@@ -73,9 +73,10 @@ class PassthroughRelay final : public StreamReceiver {
   ClientEnv* env_;
   StreamSink* sink_;
   const std::string& client_ip_;  // the connection's, set for each request before Begin
-  StreamCall* call_ = nullptr;  // until the upstream call ends
-  bool call_started_ = false;   // before: the head and the body read so far wait in `up_`
-  std::string up_;              // the request's head (and body) not yet handed to the call
+  StreamCall* call_ = nullptr;    // until the upstream call ends
+  bool call_started_ = false;     // before: the head and the body read so far wait in `up_`
+  std::string up_;                // the request's head (and body) not yet handed to the call
+  StoredResponse head_out_;       // the answer's head as it goes on (its list's room is kept)
   UpstreamLimits limits_;
   bool head_request_ = false;
   bool request_done_ = false;     // the request's body was all read and relayed

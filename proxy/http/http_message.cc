@@ -167,13 +167,28 @@ std::string_view StandardReasonPhrase(int status) {
 }
 
 bool IsHopByHop(std::string_view name, const ConnectionTokens& listed) {
-  static constexpr std::string_view kFixed[] = {"Connection", "Keep-Alive", "Transfer-Encoding",
-                                                "TE",         "Trailer",    "Upgrade"};
-  for (std::string_view fixed : kFixed) {
-    if (HeaderNameEquals(name, fixed)) return true;
+  // Connection, Keep-Alive, Transfer-Encoding, TE, Trailer, Upgrade: only a name of one of their
+  // lengths is compared (every header of every message passes here).
+  switch (name.size()) {
+    case 2:
+      if (HeaderNameEquals(name, "TE")) return true;
+      break;
+    case 7:
+      if (HeaderNameEquals(name, "Trailer") || HeaderNameEquals(name, "Upgrade")) return true;
+      break;
+    case 10:
+      if (HeaderNameEquals(name, "Connection") || HeaderNameEquals(name, "Keep-Alive")) {
+        return true;
+      }
+      break;
+    case 17:
+      if (HeaderNameEquals(name, "Transfer-Encoding")) return true;
+      break;
+    default:
+      break;
   }
   if (StartsWithNoCase(name, "Proxy-")) return true;
-  return listed.Lists(name);
+  return !listed.empty() && listed.Lists(name);
 }
 
 bool IsHopByHop(std::string_view name, const Headers& message_headers) {
@@ -302,49 +317,64 @@ namespace {
 bool StoredKeeps(std::string_view name, const ConnectionTokens& listed, bool head_request,
                  AnswerUse use) {
   if (IsHopByHop(name, listed)) return false;
-  if (HeaderNameEquals(name, "Content-Length") && !head_request) return false;
-  // The gateway's own header (R2: a first answer never carries it), even from a backend that
-  // deduplicates too.
-  if (HeaderNameEquals(name, "Idempotent-Replayed")) return false;
-  // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
-  // replay never carries the first request's.
-  if (HeaderNameEquals(name, "X-Request-Id")) return false;
-  // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
-  // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
-  return !(use == AnswerUse::kStored && HeaderNameEquals(name, "Age"));
+  switch (name.size()) {
+    case 3:
+      // R6: a replay's Age is the gateway's (since it stored the answer); the upstream's own is
+      // not stored. A relayed answer is not stored: a cache's Age goes through as it came.
+      return !(use == AnswerUse::kStored && HeaderNameEquals(name, "Age"));
+    case 12:
+      // Each answer carries its own request's id (an upstream echoes the one it was sent), so a
+      // replay never carries the first request's.
+      return !HeaderNameEquals(name, "X-Request-Id");
+    case 14:
+      return head_request || !HeaderNameEquals(name, "Content-Length");
+    case 19:
+      // The gateway's own header (R2: a first answer never carries it), even from a backend
+      // that deduplicates too.
+      return !HeaderNameEquals(name, "Idempotent-Replayed");
+    default:
+      return true;
+  }
 }
 
-// One body for both: `R` is `const Response&` (fields copied) or `Response` (fields moved).
+// One body for all: `R` is `const Response&` (fields copied) or `Response` (fields moved).
 template <typename R>
-StoredResponse ToStored(R&& response, bool head_request, AnswerUse use) {
-  StoredResponse stored;
-  stored.status = response.status;
-  stored.reason = std::forward<R>(response).reason;
+void ToStored(R&& response, bool head_request, AnswerUse use, StoredResponse* stored) {
+  stored->status = response.status;
+  stored->reason = std::forward<R>(response).reason;
   // `listed` points into the Connection headers' values, which are never kept (hop-by-hop), so
   // moving the kept ones out leaves it valid.
   const ConnectionTokens listed(response.headers);
-  stored.headers.reserve(response.headers.size());
+  stored->headers.clear();
+  stored->headers.reserve(response.headers.size());
   for (auto& h : response.headers) {
     if (StoredKeeps(h.name, listed, head_request, use)) {
       if constexpr (std::is_const_v<std::remove_reference_t<R>>) {
-        stored.headers.emplace_back(h.name, h.value);
+        stored->headers.emplace_back(h.name, h.value);
       } else {
-        stored.headers.emplace_back(std::move(h.name), std::move(h.value));
+        stored->headers.emplace_back(std::move(h.name), std::move(h.value));
       }
     }
   }
-  stored.body = std::forward<R>(response).body;
-  return stored;
+  stored->body = std::forward<R>(response).body;
 }
 
 }  // namespace
 
 StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
-  return ToStored(response, head_request, use);
+  StoredResponse stored;
+  ToStored(response, head_request, use, &stored);
+  return stored;
 }
 
 StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUse use) {
-  return ToStored(std::move(response), head_request, use);
+  StoredResponse stored;
+  ToStored(std::move(response), head_request, use, &stored);
+  return stored;
+}
+
+void ToStoredResponse(Response&& response, bool head_request, AnswerUse use, StoredResponse* into) {
+  ToStored(std::move(response), head_request, use, into);
 }
 
 namespace {
@@ -388,9 +418,8 @@ std::string SerializeResponseHead(const StoredResponse& response, bool replayed,
   AppendStatusAndHeaders(&out, response, request_id);
   if (replayed) AppendHeader(&out, "Idempotent-Replayed", "true");
   out.append(extra_headers);
-  const bool no_body_status =
-      (response.status >= 100 && response.status < 200) || response.status == 204 ||
-      response.status == 304;
+  const bool no_body_status = (response.status >= 100 && response.status < 200) ||
+                              response.status == 204 || response.status == 304;
   // HEAD: the stored body of a HEAD response is empty, and an empty body gets no Content-Length
   // (it would claim the resource is empty). A non-empty body still tells its size, unsent.
   const bool write_length = !no_body_status && !(head_request && response.body.empty());

@@ -122,8 +122,7 @@ enum class BodyFraming {
 // (Content-Length kept, chunked kept chunked; a body-carrying method without a body gets
 // Content-Length: 0). Its body follows as relayed.
 std::string SerializeUpstreamRequestHead(const Request& request, std::string_view client_ip,
-                                         std::string_view proto,
-                                         std::string_view default_host = {},
+                                         std::string_view proto, std::string_view default_host = {},
                                          std::string_view host_override = {});
 
 // Whether an upstream answer is stored (and replayed) or only relayed (passthrough).
@@ -139,6 +138,8 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request,
 // The same, moving the kept headers and the body out of `response` instead of copying them.
 StoredResponse ToStoredResponse(Response&& response, bool head_request,
                                 AnswerUse use = AnswerUse::kStored);
+// The same into `*into`, whose header list's room is reused (a relay's, answer after answer).
+void ToStoredResponse(Response&& response, bool head_request, AnswerUse use, StoredResponse* into);
 
 // The Connection header of an answer: none (HTTP/1.1 keeps the connection by default), close,
 // or keep-alive (an HTTP/1.0 client that asked for it must be told it was granted).

@@ -180,6 +180,23 @@ TEST(HttpMessage, ToStoredResponseDropsHopByHopAndLength) {
   EXPECT_EQ(s.body, "{\"id\":\"pi_1\"}  ");
 }
 
+// A relay turns answer after answer into the same StoredResponse: each holds only its own.
+TEST(HttpMessage, ToStoredResponseIntoAKeptOneHoldsOnlyThatAnswer) {
+  StoredResponse kept;
+  ToStoredResponse(UpstreamResponse(), false, AnswerUse::kRelayed, &kept);
+  Response second;
+  second.status = 204;
+  second.reason = "No Content";
+  second.headers = {{"Age", "3"}, {"Connection", "close"}, {"X-Second", "2"}};
+  ToStoredResponse(std::move(second), false, AnswerUse::kRelayed, &kept);
+  EXPECT_EQ(kept.status, 204);
+  EXPECT_EQ(kept.reason, "No Content");
+  // A relayed answer keeps Age (it is not stored); Connection is hop-by-hop.
+  std::vector<std::pair<std::string, std::string>> expected = {{"Age", "3"}, {"X-Second", "2"}};
+  EXPECT_EQ(kept.headers, expected);
+  EXPECT_EQ(kept.body, "");
+}
+
 // R2: Idempotent-Replayed is the gateway's; one sent by a backend (that deduplicates too) is
 // not stored, so a first answer never carries it and a replay carries it once.
 TEST(HttpMessage, UpstreamIdempotentReplayedIsNotStored) {
