@@ -123,7 +123,7 @@ void PassthroughRelay::OnResponseHead(Response&& head) {
   upstream_status_ = head.status;
   status_ = head.status;
   const int64_t length = head.content_length >= 0 && !head.chunked ? head.content_length : -1;
-  ToStoredResponse(std::move(head), head_request_, AnswerUse::kRelayed, &head_out_);
+  ToStoredResponse(head, head_request_, AnswerUse::kRelayed, &head_out_);
   head_sent_ = true;
   sink_->SendHead(head_out_, length, request_id_, request_done_);
 }

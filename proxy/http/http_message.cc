@@ -373,8 +373,23 @@ StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUs
   return stored;
 }
 
-void ToStoredResponse(Response&& response, bool head_request, AnswerUse use, StoredResponse* into) {
-  ToStored(std::move(response), head_request, use, into);
+void ToStoredResponse(const Response& response, bool head_request, AnswerUse use,
+                      StoredResponse* into) {
+  // Copied into the strings `into` already has: the answer's own go back to its parser, and
+  // neither side allocates again answer after answer.
+  into->status = response.status;
+  into->reason.assign(response.reason);
+  const ConnectionTokens listed(response.headers);
+  size_t kept = 0;
+  for (const Header& h : response.headers) {
+    if (!StoredKeeps(h.name, listed, head_request, use)) continue;
+    if (kept == into->headers.size()) into->headers.emplace_back();
+    into->headers[kept].first.assign(h.name);
+    into->headers[kept].second.assign(h.value);
+    ++kept;
+  }
+  into->headers.resize(kept);
+  into->body.assign(response.body);
 }
 
 namespace {

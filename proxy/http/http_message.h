@@ -138,8 +138,9 @@ StoredResponse ToStoredResponse(const Response& response, bool head_request,
 // The same, moving the kept headers and the body out of `response` instead of copying them.
 StoredResponse ToStoredResponse(Response&& response, bool head_request,
                                 AnswerUse use = AnswerUse::kStored);
-// The same into `*into`, whose header list's room is reused (a relay's, answer after answer).
-void ToStoredResponse(Response&& response, bool head_request, AnswerUse use, StoredResponse* into);
+// The same, copied into `*into`, whose room is reused (a relay's, answer after answer).
+void ToStoredResponse(const Response& response, bool head_request, AnswerUse use,
+                      StoredResponse* into);
 
 // The Connection header of an answer: none (HTTP/1.1 keeps the connection by default), close,
 // or keep-alive (an HTTP/1.0 client that asked for it must be told it was granted).

@@ -136,6 +136,7 @@ Response ResponseParser::TakeHead() {
 void ResponseParser::GiveBackHeaders(Headers&& headers) {
   Engine& e = impl_->engine;
   // Only while the engine holds no list of its own (taken by TakeHead; trailers are not kept).
+  e.KeepSpareValues(headers);
   if (!e.headers.empty() || headers.capacity() <= e.headers.capacity()) return;
   headers.clear();
   e.headers = std::move(headers);

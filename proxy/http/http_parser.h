@@ -92,8 +92,9 @@ class ResponseParser {
   Response TakeResponse();
   // Streamed: the status line and headers (body empty, framing set), once headers_complete().
   Response TakeHead();
-  // A taken head's header list, once its names and values were used: its room holds the next
-  // response's headers (a streamed response's list is then never allocated again).
+  // A taken head's header list, once its names and values were used: its room (and its longer
+  // values' room) holds the next response's headers (a streamed response's list is then never
+  // allocated again).
   void GiveBackHeaders(Headers&& headers);
 
  private:

@@ -49,7 +49,15 @@ void Engine::InitSettings() {
     return 0;
   };
   settings.on_header_value = [](llhttp_t* p, const char* at, size_t n) {
-    if (!Of(p)->headers_complete) Of(p)->value.append(at, n);
+    Engine* e = Of(p);
+    if (e->headers_complete) return 0;
+    // A value longer than a string holds in place goes into room an earlier message left.
+    if (e->value.empty() && n > e->value.capacity() && !e->spare_values.empty()) {
+      e->value = std::move(e->spare_values.back());
+      e->spare_values.pop_back();
+      e->value.clear();
+    }
+    e->value.append(at, n);
     return 0;
   };
   settings.on_header_value_complete = [](llhttp_t* p) { return Of(p)->PushHeader(); };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "llhttp.h"
 #include "proxy/http/header_scan.h"
@@ -16,6 +17,11 @@ namespace idemgate::parser_internal {
 // The parsing state shared by both directions; llhttp calls back into it through `data`.
 struct Engine {
   static constexpr size_t kHeadersReserved = 16;
+  // Header values too long for a string's own room (Date, Content-Type, User-Agent) each took an
+  // allocation per message: the strings of the last message's values are kept for the next, up
+  // to this many of up to this size (a few KiB per connection at most).
+  static constexpr size_t kSpareValues = 16;
+  static constexpr size_t kSpareValueBytes = 256;
 
   Engine(llhttp_type_t type, uint64_t max_body, uint64_t max_header_bytes)
       : type(type),
@@ -23,7 +29,17 @@ struct Engine {
         default_max_body(max_body),
         max_header_bytes(max_header_bytes) {
     InitSettings();
+    spare_values.reserve(kSpareValues);
     Reinit();
+  }
+  // Keeps the room of `list`'s longer values for the values still to come.
+  void KeepSpareValues(Headers& list) {
+    constexpr size_t kInPlace = std::string().capacity();
+    for (Header& h : list) {
+      if (spare_values.size() == kSpareValues) return;
+      const size_t room = h.value.capacity();
+      if (room > kInPlace && room <= kSpareValueBytes) spare_values.push_back(std::move(h.value));
+    }
   }
 
   void InitSettings();
@@ -56,6 +72,7 @@ struct Engine {
     method.clear();
     target.clear();
     reason.clear();
+    KeepSpareValues(headers);
     headers.clear();
     // Each message's list is moved out whole (TakeHead, TakeResponse, the request's Sync):
     // room for a typical header section at once, rather than regrowing it header by header.
@@ -135,6 +152,7 @@ struct Engine {
   std::string target;
   std::string reason;
   Headers headers;
+  std::vector<std::string> spare_values;  // see kSpareValues
   std::string body;
 };
 

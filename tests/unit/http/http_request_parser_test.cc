@@ -84,8 +84,9 @@ TEST(RequestParser, PipelinedRequestsStopAtEachMessage) {
 // A relayed request is dropped in place; the next one on the connection has its own headers only
 // (the dropped one's list is reused, not its entries).
 TEST(RequestParser, DroppedRequestLeavesNothingToTheNext) {
-  std::string first = "POST /a HTTP/1.1\r\nX-First: 1\r\nContent-Type: application/json\r\n"
-                      "Content-Length: 2\r\n\r\n{}";
+  std::string first =
+      "POST /a HTTP/1.1\r\nX-First: 1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 2\r\n\r\n{}";
   std::string second = "GET /b HTTP/1.1\r\nX-Second: 2\r\n\r\n";
   std::string all = first + second;
   RequestParser parser(1024, 1024);
@@ -102,6 +103,30 @@ TEST(RequestParser, DroppedRequestLeavesNothingToTheNext) {
   EXPECT_EQ(b.headers[0].name, "X-Second");
   EXPECT_EQ(b.headers[0].value, "2");
   EXPECT_TRUE(b.body.empty());
+}
+
+// The room of a dropped request's long values is reused for the next ones: each request still
+// holds exactly its own values, whole or fed byte by byte, shorter or longer than the last.
+TEST(RequestParser, LongValuesOfEachRequestAreItsOwn) {
+  RequestParser parser(1024, 4096);
+  for (int i = 0; i < 6; ++i) {
+    const std::string agent = "agent-" + std::to_string(i) + std::string(20 + 60 * (i % 3), 'u');
+    const std::string big(30 + 70 * i, static_cast<char>('a' + i));  // up to 380 bytes
+    std::string raw = "GET /" + std::to_string(i) + " HTTP/1.1\r\nUser-Agent: " + agent +
+                      "\r\nX-Short: s\r\nX-Big: " + big + "\r\n\r\n";
+    if (i % 2 == 0) {
+      ASSERT_EQ(parser.Feed(raw.data(), raw.size()), raw.size());
+    } else {
+      for (char c : raw) ASSERT_EQ(parser.Feed(&c, 1), 1u);
+    }
+    ASSERT_TRUE(parser.message_complete()) << i << ": " << parser.error_detail();
+    const Request& r = parser.request();
+    ASSERT_EQ(r.headers.size(), 3u) << i;
+    EXPECT_EQ(r.headers[0].value, agent) << i;
+    EXPECT_EQ(r.headers[1].value, "s") << i;
+    EXPECT_EQ(r.headers[2].value, big) << i;
+    parser.DropRequest();
+  }
 }
 
 TEST(RequestParser, ByteByByte) {

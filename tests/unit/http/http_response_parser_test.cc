@@ -337,5 +337,33 @@ TEST(ResponseParser, HeadersGivenBackHoldOnlyTheNextResponsesHeaders) {
   EXPECT_EQ(next.headers[1].name, "Content-Length");
 }
 
+// Given back answer after answer, the heads' long values lend their room to the next: each head
+// holds exactly its own.
+TEST(ResponseParser, LongValuesOfEachHeadAreItsOwn) {
+  ResponseParser parser(UINT64_MAX);
+  for (int i = 0; i < 6; ++i) {
+    parser.Begin(false, [](std::string_view) {});
+    const std::string date = "Thu, 0" + std::to_string(i) + " Dec 2026 10:00:00 GMT";
+    const std::string big(30 + 70 * i, static_cast<char>('a' + i));
+    std::string raw = "HTTP/1.1 200 OK\r\nDate: " + date + "\r\nX-Big: " + big +
+                      "\r\nContent-Length: 2\r\n\r\nok";
+    size_t used = 0;
+    if (i % 2 == 0) {
+      used = parser.Feed(raw.data(), raw.size());
+    } else {
+      while (!parser.headers_complete() && used < raw.size()) used += parser.Feed(&raw[used], 1);
+    }
+    ASSERT_TRUE(parser.headers_complete()) << i << ": " << parser.error_detail();
+    Response head = parser.TakeHead();
+    ASSERT_EQ(head.headers.size(), 3u) << i;
+    EXPECT_EQ(head.headers[0].value, date) << i;
+    EXPECT_EQ(head.headers[1].value, big) << i;
+    parser.GiveBackHeaders(std::move(head.headers));
+    if (used < raw.size()) parser.Feed(raw.data() + used, raw.size() - used);
+    ASSERT_TRUE(parser.message_complete()) << i;
+    parser.TakeResponse();
+  }
+}
+
 }  // namespace
 }  // namespace idemgate
