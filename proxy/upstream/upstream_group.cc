@@ -28,8 +28,11 @@ std::string Label(const Server& server) {
 }
 }  // namespace
 
-struct UpstreamGroup::Call final : StreamCall, std::enable_shared_from_this<Call> {
+// Owned by the group (calls_), reused once it ended (free_): from Start until `done` is called
+// or the client end cancels it, then given back by Release.
+struct UpstreamGroup::Call final : StreamCall {
   UpstreamGroup* group = nullptr;
+  bool live = false;  // started and not yet ended
   std::string request;
   bool head = false;
   UpstreamLimits limits;
@@ -54,12 +57,14 @@ struct UpstreamGroup::Call final : StreamCall, std::enable_shared_from_this<Call
     if (conn != nullptr) conn->PauseResponse(paused);
   }
   void Cancel() override {
-    std::shared_ptr<Call> keep = shared_from_this();  // the server's call held the last reference
+    if (!live) return;  // its end was given already
     StreamCall* current = conn;
     conn = nullptr;
-    if (current == nullptr) return;
-    --group->servers_[index].in_flight;
-    current->Cancel();
+    if (current != nullptr) {
+      --group->servers_[index].in_flight;
+      current->Cancel();  // drops the server call's callback: it never reaches this call again
+    }
+    group->Release(this);
   }
 };
 
@@ -205,8 +210,7 @@ StreamCall* UpstreamGroup::SendStream(std::string head, bool head_request,
 StreamCall* UpstreamGroup::Start(std::string request, bool head_request,
                                  const UpstreamLimits& limits, StreamReceiver* receiver,
                                  UpstreamCallback done) {
-  auto call = std::make_shared<Call>();
-  call->group = this;
+  Call* call = NewCall();
   call->request = std::move(request);
   call->head = head_request;
   call->limits = limits;
@@ -214,32 +218,61 @@ StreamCall* UpstreamGroup::Start(std::string request, bool head_request,
   call->receiver = receiver;
   call->start = next_++;
   call->index = Pick(call->start, call->tried);
-  StreamCall* handle = call.get();
-  Try(std::move(call));
-  return handle;
+  Try(call);
+  return call;
 }
 
-// The callback holds the call's shared_ptr, its only owner while the server's call runs (libstdc++
-// keeps such a callback on the heap: a shared_ptr is not trivially copyable).
-void UpstreamGroup::Try(std::shared_ptr<Call> call) {
+UpstreamGroup::Call* UpstreamGroup::NewCall() {
+  if (free_.empty()) {
+    calls_.push_back(std::make_unique<Call>());
+    free_.push_back(calls_.back().get());
+  }
+  Call* call = free_.back();
+  free_.pop_back();
+  call->group = this;
+  call->live = true;
+  return call;
+}
+
+void UpstreamGroup::Release(Call* call) {
+  call->live = false;
+  call->request.clear();
+  call->done = nullptr;
+  call->tried.clear();
+  call->receiver = nullptr;
+  call->conn = nullptr;
+  call->ended = false;
+  free_.push_back(call);
+}
+
+// The server call's callback holds only the call's address (kept in the std::function itself,
+// no allocation): the call outlives it, as the server call ends it (OnResult) or is cancelled.
+void UpstreamGroup::Try(Call* call) {
   Server& server = servers_[call->index];
   ++server.in_flight;
   if (server.stats != nullptr) server.stats->requests.fetch_add(1, std::memory_order_relaxed);
   UpstreamPool* pool = server.pool.get();
-  Call* raw = call.get();
-  if (raw->receiver != nullptr) {
-    raw->conn = pool->SendStream(
-        std::move(raw->request), raw->head, raw->limits, raw->receiver,
-        [call](UpstreamResult result) { call->group->OnResult(call, std::move(result)); });
-    if (raw->ended) raw->conn->EndBody();
+  auto on_result = [call](UpstreamResult result) {
+    call->group->OnResult(call, std::move(result));
+  };
+  if (call->receiver != nullptr) {
+    call->conn = pool->SendStream(std::move(call->request), call->head, call->limits,
+                                  call->receiver, std::move(on_result));
+    if (call->ended) call->conn->EndBody();
     return;
   }
-  std::string request = std::move(raw->request);
-  pool->Send(std::move(request), raw->head, raw->limits,
-             [call](UpstreamResult result) { call->group->OnResult(call, std::move(result)); });
+  std::string request = std::move(call->request);
+  pool->Send(std::move(request), call->head, call->limits, std::move(on_result));
 }
 
-void UpstreamGroup::OnResult(std::shared_ptr<Call> call, UpstreamResult result) {
+// The call's end: given back before `done` runs, which may start another call (and reuse it).
+void UpstreamGroup::Finish(Call* call, UpstreamResult result) {
+  UpstreamCallback done = std::move(call->done);
+  Release(call);
+  done(std::move(result));
+}
+
+void UpstreamGroup::OnResult(Call* call, UpstreamResult result) {
   const size_t index = call->index;
   --servers_[index].in_flight;
   call->conn = nullptr;  // that server's call is over (a retry makes another)
@@ -252,10 +285,10 @@ void UpstreamGroup::OnResult(std::shared_ptr<Call> call, UpstreamResult result) 
     if (servers_[index].out_until != SteadyClock::time_point{}) {
       BringBack(index, "a call reached it");
     }
-    return call->done(std::move(result));
+    return Finish(call, std::move(result));
   }
   // Nothing was sent (R3): the server is taken out, and another one may take the request.
-  if (aborting_) return call->done(std::move(result));
+  if (aborting_) return Finish(call, std::move(result));
   TakeOut(index, result.detail);
   call->tried.push_back(index);
   const size_t next = Pick(call->start, call->tried);
@@ -264,11 +297,11 @@ void UpstreamGroup::OnResult(std::shared_ptr<Call> call, UpstreamResult result) 
       result.detail = "no server of the group could be reached; last: " + Label(servers_[index]) +
                       ": " + result.detail;
     }
-    return call->done(std::move(result));
+    return Finish(call, std::move(result));
   }
   call->index = next;
   call->request = std::move(result.unsent_request);
-  Try(std::move(call));
+  Try(call);
 }
 
 void UpstreamGroup::TakeOut(size_t index, const std::string& why) {

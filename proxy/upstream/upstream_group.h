@@ -83,8 +83,11 @@ class UpstreamGroup {
   bool Up(const Server& server, std::chrono::steady_clock::time_point now) const;
   bool UpNow(const Server& server) const;
   size_t Pick(size_t start, const std::vector<size_t>& tried) const;
-  void Try(std::shared_ptr<Call> call);
-  void OnResult(std::shared_ptr<Call> call, UpstreamResult result);
+  Call* NewCall();
+  void Release(Call* call);
+  void Try(Call* call);
+  void OnResult(Call* call, UpstreamResult result);
+  void Finish(Call* call, UpstreamResult result);
   void TakeOut(size_t index, const std::string& why);
   void BringBack(size_t index, const char* how);
   void CheckHealth();
@@ -107,6 +110,8 @@ class UpstreamGroup {
   UpstreamStats* stats_;
   bool least_conn_;
   std::vector<Server> servers_;
+  std::vector<std::unique_ptr<Call>> calls_;  // every call made (as many as ever ran at once)
+  std::vector<Call*> free_;                   // those of calls_ that ended, to reuse
   size_t next_ = 0;  // round robin position
   bool aborting_ = false;
   Timer health_timer_;
