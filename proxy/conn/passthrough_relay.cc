@@ -63,7 +63,7 @@ void PassthroughRelay::Begin(Request& head, const Config& config, bool tls) {
 void PassthroughRelay::StartCall() {
   call_started_ = true;
   call_ = env_->SendStream(std::move(up_), head_request_, limits_, this,
-                           [this](UpstreamResult result) { OnDone(std::move(result)); });
+                           [this](UpstreamResult&& result) { OnDone(std::move(result)); });
   std::string().swap(up_);
   if (call_ == nullptr) return OnDone(MissingGroupResult(limits_.group));
   if (request_done_) call_->EndBody();
@@ -135,7 +135,7 @@ void PassthroughRelay::OnResponseBody(std::string_view piece) {
 
 void PassthroughRelay::OnResponseFlush() { sink_->Flush(); }
 
-void PassthroughRelay::OnDone(UpstreamResult result) {
+void PassthroughRelay::OnDone(UpstreamResult&& result) {
   call_ = nullptr;
   if (client_paused_) ResumeRequest();  // nothing more goes upstream; the rest is dropped
   upstream_us_ = env_->MonoUs() - started_us_;

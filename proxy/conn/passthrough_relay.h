@@ -66,7 +66,7 @@ class PassthroughRelay final : public StreamReceiver {
   void OnResponseFlush() override;
 
  private:
-  void OnDone(UpstreamResult result);
+  void OnDone(UpstreamResult&& result);
   void ResumeRequest();
   void Record(bool client_closed);
 

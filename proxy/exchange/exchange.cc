@@ -302,10 +302,10 @@ void Exchange::Forward() {
       request_, client_ip_, proto_, UpstreamHost(config_->upstream), config_->upstream.host,
       guarded ? FenceHeaderLines(guard_.scope, guard_.key, token_.attempt) : std::string());
   env_->SendUpstream(std::move(bytes), request_.method == "HEAD", limits,
-                     [this](UpstreamResult result) { OnUpstream(std::move(result)); });
+                     [this](UpstreamResult&& result) { OnUpstream(std::move(result)); });
 }
 
-void Exchange::OnUpstream(UpstreamResult result) {
+void Exchange::OnUpstream(UpstreamResult&& result) {
   upstream_us_ = env_->MonoUs() - upstream_started_us_;
   upstream_error_kind_ = result.error;
   if (result.error == UpstreamError::kNone) upstream_status_ = result.response.status;

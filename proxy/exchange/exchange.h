@@ -100,7 +100,7 @@ class Exchange {
     return outcome_ == Outcome::kFresh || outcome_ == Outcome::kTakeover ||
            outcome_ == Outcome::kLostAttempt;
   }
-  void OnUpstream(UpstreamResult result);
+  void OnUpstream(UpstreamResult&& result);
   void RefuseTakeover(uint32_t fenced_attempt = 0);
   void CompleteWith(StoredResponse response);
   void SendComplete();

@@ -33,7 +33,9 @@ struct UpstreamResult {
 // The Host for requests that came without one: the upstream's host, and its port unless default.
 std::string UpstreamHost(const Config::Upstream& upstream);
 
-using UpstreamCallback = std::function<void(UpstreamResult)>;
+// The result by reference (it lives in the frame that ends the call): passed on, not moved,
+// through the group and the relay to whoever keeps what it needs.
+using UpstreamCallback = std::function<void(UpstreamResult&&)>;
 
 // Per-call limits, taken from the config the exchange started with (so reloads apply).
 struct UpstreamLimits {

@@ -252,7 +252,7 @@ void UpstreamGroup::Try(Call* call) {
   ++server.in_flight;
   if (server.stats != nullptr) server.stats->requests.fetch_add(1, std::memory_order_relaxed);
   UpstreamPool* pool = server.pool.get();
-  auto on_result = [call](UpstreamResult result) {
+  auto on_result = [call](UpstreamResult&& result) {
     call->group->OnResult(call, std::move(result));
   };
   if (call->receiver != nullptr) {
@@ -266,13 +266,13 @@ void UpstreamGroup::Try(Call* call) {
 }
 
 // The call's end: given back before `done` runs, which may start another call (and reuse it).
-void UpstreamGroup::Finish(Call* call, UpstreamResult result) {
+void UpstreamGroup::Finish(Call* call, UpstreamResult&& result) {
   UpstreamCallback done = std::move(call->done);
   Release(call);
   done(std::move(result));
 }
 
-void UpstreamGroup::OnResult(Call* call, UpstreamResult result) {
+void UpstreamGroup::OnResult(Call* call, UpstreamResult&& result) {
   const size_t index = call->index;
   --servers_[index].in_flight;
   call->conn = nullptr;  // that server's call is over (a retry makes another)
@@ -354,7 +354,7 @@ void UpstreamGroup::CheckHealth() {
     std::string request = "GET " + config_.health_path + " HTTP/1.1\r\nHost: " + host +
                           "\r\nUser-Agent: idemgate-health-check\r\nConnection: close\r\n\r\n";
     server.pool->Send(std::move(request), false, limits,
-                      [this, i](UpstreamResult result) { OnHealth(i, result); });
+                      [this, i](UpstreamResult&& result) { OnHealth(i, result); });
   }
 }
 

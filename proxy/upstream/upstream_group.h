@@ -86,8 +86,8 @@ class UpstreamGroup {
   Call* NewCall();
   void Release(Call* call);
   void Try(Call* call);
-  void OnResult(Call* call, UpstreamResult result);
-  void Finish(Call* call, UpstreamResult result);
+  void OnResult(Call* call, UpstreamResult&& result);
+  void Finish(Call* call, UpstreamResult&& result);
   void TakeOut(size_t index, const std::string& why);
   void BringBack(size_t index, const char* how);
   void CheckHealth();
