@@ -87,6 +87,7 @@ void ConnectionTokens::Add(std::string_view token) {
 }
 
 bool ConnectionTokens::Lists(std::string_view name) const {
+  if (count_ == 0) return false;  // most messages list nothing: no search
   const std::string_view* end = data() + count_;
   const std::string_view* it = std::lower_bound(data(), end, name, NameLess);
   return it != end && HeaderNameEquals(*it, name);
@@ -188,7 +189,7 @@ bool IsHopByHop(std::string_view name, const ConnectionTokens& listed) {
       break;
   }
   if (StartsWithNoCase(name, "Proxy-")) return true;
-  return !listed.empty() && listed.Lists(name);
+  return listed.Lists(name);
 }
 
 bool IsHopByHop(std::string_view name, const Headers& message_headers) {
@@ -337,46 +338,12 @@ bool StoredKeeps(std::string_view name, const ConnectionTokens& listed, bool hea
   }
 }
 
-// One body for all: `R` is `const Response&` (fields copied) or `Response` (fields moved).
-template <typename R>
-void ToStored(R&& response, bool head_request, AnswerUse use, StoredResponse* stored) {
-  stored->status = response.status;
-  stored->reason = std::forward<R>(response).reason;
-  // `listed` points into the Connection headers' values, which are never kept (hop-by-hop), so
-  // moving the kept ones out leaves it valid.
-  const ConnectionTokens listed(response.headers);
-  stored->headers.clear();
-  stored->headers.reserve(response.headers.size());
-  for (auto& h : response.headers) {
-    if (StoredKeeps(h.name, listed, head_request, use)) {
-      if constexpr (std::is_const_v<std::remove_reference_t<R>>) {
-        stored->headers.emplace_back(h.name, h.value);
-      } else {
-        stored->headers.emplace_back(std::move(h.name), std::move(h.value));
-      }
-    }
-  }
-  stored->body = std::forward<R>(response).body;
-}
-
 }  // namespace
-
-StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
-  StoredResponse stored;
-  ToStored(response, head_request, use, &stored);
-  return stored;
-}
-
-StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUse use) {
-  StoredResponse stored;
-  ToStored(std::move(response), head_request, use, &stored);
-  return stored;
-}
 
 void ToStoredResponse(const Response& response, bool head_request, AnswerUse use,
                       StoredResponse* into) {
-  // Copied into the strings `into` already has: the answer's own go back to its parser, and
-  // neither side allocates again answer after answer.
+  // Copied into the strings `into` already has: a relayed answer's own go back to its parser,
+  // and neither side allocates again answer after answer.
   into->status = response.status;
   into->reason.assign(response.reason);
   const ConnectionTokens listed(response.headers);
@@ -390,6 +357,29 @@ void ToStoredResponse(const Response& response, bool head_request, AnswerUse use
   }
   into->headers.resize(kept);
   into->body.assign(response.body);
+}
+
+StoredResponse ToStoredResponse(const Response& response, bool head_request, AnswerUse use) {
+  StoredResponse stored;
+  ToStoredResponse(response, head_request, use, &stored);
+  return stored;
+}
+
+StoredResponse ToStoredResponse(Response&& response, bool head_request, AnswerUse use) {
+  StoredResponse stored;
+  stored.status = response.status;
+  stored.reason = std::move(response.reason);
+  // `listed` points into the Connection headers' values, which are never kept (hop-by-hop), so
+  // moving the kept ones out leaves it valid.
+  const ConnectionTokens listed(response.headers);
+  stored.headers.reserve(response.headers.size());
+  for (Header& h : response.headers) {
+    if (StoredKeeps(h.name, listed, head_request, use)) {
+      stored.headers.emplace_back(std::move(h.name), std::move(h.value));
+    }
+  }
+  stored.body = std::move(response.body);
+  return stored;
 }
 
 namespace {

@@ -225,22 +225,20 @@ StreamCall* UpstreamGroup::Start(std::string request, bool head_request,
 UpstreamGroup::Call* UpstreamGroup::NewCall() {
   if (free_.empty()) {
     calls_.push_back(std::make_unique<Call>());
+    calls_.back()->group = this;
     free_.push_back(calls_.back().get());
   }
   Call* call = free_.back();
   free_.pop_back();
-  call->group = this;
   call->live = true;
   return call;
 }
 
+// Start sets the rest; `request` went to the server call and `conn` was cleared at the end.
 void UpstreamGroup::Release(Call* call) {
   call->live = false;
-  call->request.clear();
-  call->done = nullptr;
+  call->done = nullptr;  // what it held (its owner's state) is let go now
   call->tried.clear();
-  call->receiver = nullptr;
-  call->conn = nullptr;
   call->ended = false;
   free_.push_back(call);
 }
