@@ -309,7 +309,7 @@ void UpstreamConn::Fail(UpstreamError error, std::string detail) {
   Finish(std::move(result), false);
 }
 
-void UpstreamConn::Finish(UpstreamResult result, bool reusable) {
+void UpstreamConn::Finish(UpstreamResult&& result, bool reusable) {
   timer_.Cancel();
   UpstreamCallback done = std::move(done_);
   done_ = nullptr;

@@ -57,7 +57,10 @@ class UpstreamConn final : public StreamCall {
     } else {
       parser_->Begin(head);
     }
-    timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
+    // One timer for the connection's life: every call arms it below or in SendRequest.
+    if (!timer_.initialized()) {
+      timer_.Init<UpstreamConn, &UpstreamConn::OnTimeout>(pool_->base(), this);
+    }
     if (connecting_) {
       timer_.Arm(CappedMs(limits.connect_timeout_ms));
     } else {
@@ -159,7 +162,7 @@ class UpstreamConn final : public StreamCall {
 
   void Fail(UpstreamError error, std::string detail);
 
-  void Finish(UpstreamResult result, bool reusable);
+  void Finish(UpstreamResult&& result, bool reusable);
 
   void Die();
 
