@@ -126,10 +126,10 @@ Worker::~Worker() {
   exchanges_.clear();
   dead_conns_.clear();
   dead_exchanges_.clear();
-  accept_pause_ = Timer();  // frees its event while the loop still exists
-  grace_timer_ = Timer();
-  hard_stop_timer_ = Timer();
-  linger_timer_ = Timer();
+  accept_pause_.Reset();  // frees its event while the loop still exists
+  grace_timer_.Reset();
+  hard_stop_timer_.Reset();
+  linger_timer_.Reset();
   listeners_.clear();
   groups_.clear();
   upstream_.reset();
