@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The header section scanner and the field checks (see header_scan.h).
+// The header section scanner and the Transfer-Encoding check (see header_scan.h).
 #include "proxy/http/header_scan.h"
-
-#include <array>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -30,29 +28,6 @@ bool TransferEncodingIsPlainChunked(const Headers& headers) {
     }
   }
   return tokens == 1 && chunked;
-}
-
-namespace {
-// tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" /
-// "~" / DIGIT / ALPHA (RFC 9110 5.6.2), as a table: every header name of every message is checked.
-constexpr std::array<bool, 256> kTchar = [] {
-  std::array<bool, 256> t{};
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}();
-}  // namespace
-
-bool IsTchar(char c) { return kTchar[static_cast<unsigned char>(c)]; }
-
-bool IsToken(std::string_view text) {
-  if (text.empty()) return false;
-  for (char c : text) {
-    if (!IsTchar(c)) return false;
-  }
-  return true;
 }
 
 namespace {

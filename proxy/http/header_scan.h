@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The header section's checks before llhttp sees it, on raw bytes: what llhttp's loose build
 // would accept but a strict parser in front or behind would frame differently (bare LF, bare CR,
-// obs-fold), and the field-level checks (token names, plain chunked Transfer-Encoding).
+// obs-fold), and plain chunked Transfer-Encoding.
 #pragma once
 
 #include <cstddef>
@@ -14,9 +14,6 @@ namespace idemgate {
 // A message's Transfer-Encoding must be exactly "chunked": "gzip, chunked" would hand on a body
 // still coded once the (hop-by-hop) header is dropped, and "gzip" alone is not even framed.
 bool TransferEncodingIsPlainChunked(const Headers& headers);
-// RFC 9110 token characters, and a non-empty run of them (a field name must be one).
-bool IsTchar(char c);
-bool IsToken(std::string_view text);
 
 // Checks the raw bytes of a header section (start line + fields + blank line) for what llhttp
 // in its loose build accepts: bare LF, bare CR and obs-fold. It also finds where the section
