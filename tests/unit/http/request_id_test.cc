@@ -22,6 +22,18 @@ TEST(RequestId, ThirtyTwoHexDigitsNeverRepeated) {
   }
 }
 
+// Every digit of the id is drawn: over 2,000 ids each of the 32 positions shows all 16 digits
+// (a position stuck on a few digits would carry fewer random bits).
+TEST(RequestId, EveryPositionTakesEveryDigit) {
+  std::vector<std::set<char>> digits(32);
+  for (int i = 0; i < 2000; ++i) {
+    const std::string id = NewRequestId();
+    ASSERT_EQ(id.size(), 32u);
+    for (size_t at = 0; at < id.size(); ++at) digits[at].insert(id[at]);
+  }
+  for (size_t at = 0; at < digits.size(); ++at) EXPECT_EQ(digits[at].size(), 16u) << at;
+}
+
 TEST(RequestId, ThreadsDrawDifferentIds) {
   std::vector<std::vector<std::string>> ids(4);
   std::vector<std::thread> threads;
