@@ -89,6 +89,11 @@ void ConnectionTokens::Add(std::string_view token) {
 bool ConnectionTokens::Lists(std::string_view name) const {
   if (count_ == 0) return false;  // most messages list nothing: no search
   const std::string_view* end = data() + count_;
+  // A few ("keep-alive", "close"): one by one, where a name of another length fails at once.
+  if (count_ <= kFew) {
+    return std::any_of(data(), end,
+                       [name](std::string_view token) { return HeaderNameEquals(token, name); });
+  }
   const std::string_view* it = std::lower_bound(data(), end, name, NameLess);
   return it != end && HeaderNameEquals(*it, name);
 }
