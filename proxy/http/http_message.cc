@@ -72,6 +72,7 @@ ConnectionTokens::ConnectionTokens(const Headers& message_headers) {
       rest.remove_prefix(comma + 1);
     }
   }
+  if (count_ <= kFew) return;  // Lists compares a few one by one
   std::sort(data(), data() + count_, NameLess);
   count_ = static_cast<size_t>(std::unique(data(), data() + count_, HeaderNameEquals) - data());
 }
@@ -89,7 +90,8 @@ void ConnectionTokens::Add(std::string_view token) {
 bool ConnectionTokens::Lists(std::string_view name) const {
   if (count_ == 0) return false;  // most messages list nothing: no search
   const std::string_view* end = data() + count_;
-  // A few ("keep-alive", "close"): one by one, where a name of another length fails at once.
+  // A few ("keep-alive", "close"), unsorted: one by one, where a name of another length fails
+  // at once.
   if (count_ <= kFew) {
     return std::any_of(data(), end,
                        [name](std::string_view token) { return HeaderNameEquals(token, name); });

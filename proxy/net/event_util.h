@@ -52,7 +52,7 @@ class Timer {
   template <typename T, void (T::*Method)()>
   void Init(event_base* base, T* self) {
     self_ = self;
-    fire_ = [](void* s) { (static_cast<T*>(s)->*Method)(); };
+    fire_ = &EventTrampoline<T, Method>;
     ev_.reset(evtimer_new(base, &Timer::OnEvent, this));
     armed_ = false;
     scheduled_ = false;
@@ -91,12 +91,12 @@ class Timer {
     const Clock::time_point now = Clock::now();
     if (now < t->deadline_) return t->Schedule(now);
     t->armed_ = false;
-    t->fire_(t->self_);  // last: it may free the timer's owner
+    t->fire_(-1, EV_TIMEOUT, t->self_);  // last: it may free the timer's owner
   }
 
   EventPtr ev_;
   void* self_ = nullptr;
-  void (*fire_)(void*) = nullptr;
+  event_callback_fn fire_ = nullptr;
   Clock::time_point deadline_{};       // when the armed timer is due
   Clock::time_point scheduled_for_{};  // when the libevent timer fires (while scheduled_)
   bool armed_ = false;

@@ -42,6 +42,10 @@ class TimerTest : public ::testing::Test {
       event_base_loop(base_.get(), EVLOOP_ONCE | EVLOOP_NONBLOCK);
     }
   }
+  // Runs the loop until the timer has fired `times` times, or 5 s pass.
+  void RunUntilFired(int times = 1) {
+    RunUntil([&] { return owner_.fired >= times; }, std::chrono::seconds(5));
+  }
   void RunFor(std::chrono::milliseconds span) {
     RunUntil([] { return false; }, span);
   }
@@ -53,7 +57,7 @@ TEST_F(TimerTest, FiresOnceAfterItsDeadline) {
   const Clock::time_point start = Clock::now();
   owner_.timer.Arm(20);
   EXPECT_TRUE(owner_.timer.armed());
-  RunUntil([&] { return owner_.fired > 0; }, std::chrono::seconds(5));
+  RunUntilFired();
   ASSERT_EQ(owner_.fired, 1);
   EXPECT_GE(owner_.at - start, std::chrono::milliseconds(20));
   EXPECT_FALSE(owner_.timer.armed());
@@ -65,7 +69,7 @@ TEST_F(TimerTest, ALaterArmIsWaitedForAfterTheFirstDeadlinePasses) {
   owner_.timer.Arm(10);
   const Clock::time_point rearmed = Clock::now();
   owner_.timer.Arm(150);  // the libevent timer still fires at 10 ms, finds 140 ms to go
-  RunUntil([&] { return owner_.fired > 0; }, std::chrono::seconds(5));
+  RunUntilFired();
   ASSERT_EQ(owner_.fired, 1);
   EXPECT_GE(owner_.at - rearmed, std::chrono::milliseconds(150));
 }
@@ -74,7 +78,7 @@ TEST_F(TimerTest, AnEarlierArmIsKept) {
   owner_.timer.Arm(60'000);
   const Clock::time_point rearmed = Clock::now();
   owner_.timer.Arm(10);
-  RunUntil([&] { return owner_.fired > 0; }, std::chrono::seconds(5));
+  RunUntilFired();
   ASSERT_EQ(owner_.fired, 1) << "a deadline earlier than the scheduled one was not kept";
   EXPECT_GE(owner_.at - rearmed, std::chrono::milliseconds(10));
 }
@@ -86,14 +90,14 @@ TEST_F(TimerTest, ACancelledTimerStaysSilentAndCanBeArmedAgain) {
   RunFor(std::chrono::milliseconds(60));
   EXPECT_EQ(owner_.fired, 0);
   owner_.timer.Arm(10);
-  RunUntil([&] { return owner_.fired > 0; }, std::chrono::seconds(5));
+  RunUntilFired();
   EXPECT_EQ(owner_.fired, 1);
 }
 
 TEST_F(TimerTest, ArmedFromItsOwnCallbackItFiresAgain) {
   owner_.rearm_ms = 10;
   owner_.timer.Arm(5);
-  RunUntil([&] { return owner_.fired > 1; }, std::chrono::seconds(5));
+  RunUntilFired(2);
   EXPECT_EQ(owner_.fired, 2);
   EXPECT_FALSE(owner_.timer.armed());
 }
