@@ -23,6 +23,7 @@
 #include <future>
 #include <memory>
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "common/thread_name.h"
 #include "proxy/net/tls.h"
@@ -154,12 +155,7 @@ void LogDelete(evhttp_request* req, const ScopeId& scope, const std::string& key
 // id) and the key_hash the access log would show for this key in that scope: a credential given
 // without its scheme ("sk_..." for "Bearer sk_...") names another scope, and this tells so.
 void ReplyNoRecord(evhttp_request* req, const ScopeId& scope, const std::string& key) {
-  static const char* kHex = "0123456789abcdef";
-  std::string scope_hex;
-  for (int i = 0; i < 8; ++i) {
-    scope_hex.push_back(kHex[scope[i] >> 4]);
-    scope_hex.push_back(kHex[scope[i] & 15]);
-  }
+  const std::string scope_hex = LowerHex(scope.data(), 8);
   const std::string key_hash = KeyHash(scope, key);
   std::string detail = "No live record for this key in scope " + scope_hex + " (key_hash " +
                        key_hash +

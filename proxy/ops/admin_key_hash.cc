@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "common/hex.h"
 #include "proxy/policy/errors.h"
 
 namespace idemgate {
@@ -17,16 +18,6 @@ bool IsKeyHash(std::string_view text) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
-}
-
-std::string Hex(const ScopeId& scope, size_t bytes) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < bytes; ++i) {
-    out.push_back(kHex[scope[i] >> 4]);
-    out.push_back(kHex[scope[i] & 15]);
-  }
-  return out;
 }
 
 AdminAnswer Error(int code, const char* reason, const char* error, const std::string& detail) {
@@ -56,7 +47,7 @@ AdminAnswer KeyHashLookup(Store* store, std::string_view key_hash, RecordJsonFn 
   for (size_t i = 0; i < matches.size(); ++i) {
     const KeyHashMatch& m = matches[i];
     body += (i == 0 ? "{" : ",{");
-    body += "\"scope\":\"" + Hex(m.scope, 8) + "\",\"key\":\"" + JsonEscape(m.key) +
+    body += "\"scope\":\"" + LowerHex(m.scope.data(), 8) + "\",\"key\":\"" + JsonEscape(m.key) +
             "\",\"record\":" + record_json(m) + "}";
   }
   return {200, "OK", body + "]}"};

@@ -6,12 +6,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "common/hex.h"
 #include "proxy/ops/build_info.h"
 
 namespace idemgate {
@@ -75,13 +77,7 @@ std::string ConfigFileHash(const std::string& path) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_Digest(text.data(), text.size(), md, &len, EVP_sha256(), nullptr) != 1) return "";
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < 8 && i < len; ++i) {
-    out.push_back(kHex[md[i] >> 4]);
-    out.push_back(kHex[md[i] & 15]);
-  }
-  return out;
+  return LowerHex(md, std::min(len, 8u));
 }
 
 void ReloadStats::ConfigLoaded(const std::string& path) {

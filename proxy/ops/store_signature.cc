@@ -5,9 +5,12 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 #include <vector>
+
+#include "common/hex.h"
 
 namespace idemgate {
 namespace {
@@ -30,13 +33,7 @@ std::string SecretIdentity(const std::string& secret) {
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
        reinterpret_cast<const unsigned char*>(kSecretLabel), sizeof(kSecretLabel) - 1, md, &len);
-  static const char* kHex = "0123456789abcdef";
-  std::string out = "hmac:";
-  for (unsigned int i = 0; i < 16 && i < len; ++i) {
-    out.push_back(kHex[md[i] >> 4]);
-    out.push_back(kHex[md[i] & 15]);
-  }
-  return out;
+  return "hmac:" + LowerHex(md, std::min(len, 16u));
 }
 
 std::map<std::string, std::string> ParseLines(const std::string& text) {

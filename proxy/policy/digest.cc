@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "common/hex.h"
+
 namespace idemgate {
 
 const EVP_MD* Sha256() {
@@ -35,13 +37,7 @@ std::string KeyHash(const ScopeId& scope, std::string_view key) {
   EVP_DigestUpdate(ctx, scope.data(), scope.size());
   EVP_DigestUpdate(ctx, key.data(), key.size());
   EVP_DigestFinal_ex(ctx, md, &len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(16, '0');
-  for (int i = 0; i < 8; ++i) {
-    out[2 * i] = kHex[md[i] >> 4];
-    out[2 * i + 1] = kHex[md[i] & 15];
-  }
-  return out;
+  return LowerHex(md, 8);
 }
 
 }  // namespace idemgate

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/hex.h"
 #include "proxy/policy/digest.h"
 
 namespace idemgate {
@@ -430,13 +431,7 @@ static void KeyWithSecret(std::string_view secret, GuardDecision* d) {
 }
 
 std::string FingerprintPrefix(const Fingerprint& fingerprint) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < 8; ++i) {
-    out.push_back(kHex[fingerprint[i] >> 4]);
-    out.push_back(kHex[fingerprint[i] & 0xF]);
-  }
-  return out;
+  return LowerHex(fingerprint.data(), 8);
 }
 
 bool IsPassthroughRequest(const Config& config, const Request& request) {

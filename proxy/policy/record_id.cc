@@ -4,30 +4,30 @@
 
 #include <openssl/evp.h>
 
+#include "common/hex.h"
+#include "proxy/policy/digest.h"
+
 namespace idemgate {
 
 std::string RecordIdHex(const ScopeId& scope, std::string_view key) {
-  std::string input;
-  input.reserve(kRecordIdDomain.size() + scope.size() + key.size());
-  input.append(kRecordIdDomain);
-  input.append(reinterpret_cast<const char*>(scope.data()), scope.size());
-  input.append(key);
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_Digest(input.data(), input.size(), md, &len, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(32);
-  for (int i = 0; i < 16; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 0xF];
-  }
-  return out;
+  EVP_MD_CTX* ctx = ThreadDigestCtx();
+  EVP_DigestInit_ex(ctx, Sha256(), nullptr);
+  EVP_DigestUpdate(ctx, kRecordIdDomain.data(), kRecordIdDomain.size());
+  EVP_DigestUpdate(ctx, scope.data(), scope.size());
+  EVP_DigestUpdate(ctx, key.data(), key.size());
+  EVP_DigestFinal_ex(ctx, md, &len);
+  return LowerHex(md, 16);
 }
 
 std::string FenceHeaderLines(const ScopeId& scope, std::string_view key, uint32_t attempt) {
-  std::string out = "Idempotency-Attempt: " + std::to_string(attempt) + "\r\n";
-  out += "Idempotency-Record: " + RecordIdHex(scope, key) + "\r\n";
+  std::string out = "Idempotency-Attempt: ";
+  out.reserve(96);
+  out += std::to_string(attempt);
+  out += "\r\nIdempotency-Record: ";
+  out += RecordIdHex(scope, key);
+  out += "\r\n";
   return out;
 }
 
