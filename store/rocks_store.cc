@@ -96,7 +96,7 @@ class RocksStore final : public Store {
   rocksdb::Status CompactAll();
 
  private:
-  void Enqueue(Op op);
+  void Enqueue(Op&& op);
   void WriterLoop();
   void TakeBatch(std::vector<Op>* batch);
   void RunBatch(std::vector<Op>& batch);
@@ -259,7 +259,7 @@ rocksdb::Status RocksStore::CompactAll() {
   return db_->CompactRange(o, nullptr, nullptr);
 }
 
-void RocksStore::Enqueue(Op op) {
+void RocksStore::Enqueue(Op&& op) {
   {
     std::unique_lock lock(mu_);
     if (!closed_) {

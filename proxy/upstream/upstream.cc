@@ -110,7 +110,12 @@ UpstreamConn* UpstreamPool::StartCall(std::string request, bool head_request,
   if (!conn) {
     conn = std::make_unique<UpstreamConn>(this);
     // Reported asynchronously, as promised: the connection dies on the next loop turn.
-    if (!conn->Connect()) use = UpstreamLimits{0, 0, 0};
+    if (!conn->Connect()) {
+      use = UpstreamLimits{};
+      use.connect_timeout_ms = 0;
+      use.response_timeout_ms = 0;
+      use.max_response_body = 0;
+    }
   }
   UpstreamConn* raw = conn.get();
   busy_.push_back(std::move(conn));
