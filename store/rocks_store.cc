@@ -27,6 +27,7 @@
 #include "store/rocks_store_internal.h"
 #include "store/store_backup.h"
 #include "store/ttl_filter.h"
+#include "store/wal_prewrite.h"
 #include "store/writer_ledger.h"
 
 namespace idemgate {
@@ -55,9 +56,11 @@ struct Op {
 class RocksStore final : public Store {
  public:
   RocksStore(const RocksStoreOptions& options, std::unique_ptr<TtlCompactionFilter> filter,
-             rocksdb::Options db_options, std::unique_ptr<rocksdb::DB> db)
+             std::unique_ptr<rocksdb::Env> env, rocksdb::Options db_options,
+             std::unique_ptr<rocksdb::DB> db)
       : clock_(options.clock),
         path_(options.path),
+        env_(std::move(env)),
         db_options_(std::move(db_options)),
         max_batch_(options.max_batch == 0 ? 1 : options.max_batch),
         on_batch_(options.on_batch),
@@ -112,6 +115,7 @@ class RocksStore final : public Store {
 
   const Clock* clock_;
   const std::string path_;
+  const std::unique_ptr<rocksdb::Env> env_;  // the WAL prewrite's, or null; outlives db_
   const rocksdb::Options db_options_;
   const size_t max_batch_;
   const std::function<void(size_t, int64_t)> on_batch_;  // after each group commit
@@ -487,6 +491,8 @@ std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, r
     return nullptr;
   }
   auto filter = std::make_unique<TtlCompactionFilter>(options.clock);
+  std::unique_ptr<rocksdb::Env> wal_env = WalPrewriteEnvFor(options.path, env);
+  if (wal_env) env = wal_env.get();
   rocksdb::Options db_options = MakeDbOptions(env, filter.get(), layout);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);
@@ -494,8 +500,8 @@ std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, r
     if (error) *error = "opening " + options.path + ": " + s.ToString();
     return nullptr;
   }
-  return std::make_unique<RocksStore>(options, std::move(filter), std::move(db_options),
-                                      std::unique_ptr<rocksdb::DB>(raw));
+  return std::make_unique<RocksStore>(options, std::move(filter), std::move(wal_env),
+                                      std::move(db_options), std::unique_ptr<rocksdb::DB>(raw));
 }
 
 std::unique_ptr<Store> OpenRocksStore(const RocksStoreOptions& options, std::string* error) {

@@ -146,7 +146,9 @@ def run(opts, kind="idemgate", seed=None, minutes=None, quiet=False):
     elif kind != "planted-proxy" and not opts.no_disk_full:
         disk_full = DiskFull(store_dir)
         if not disk_full.ok:
-            print(f"note: disk-full fault skipped (cannot mount a tmpfs: {disk_full.why})")
+            print(f"note: disk-full fault skipped (cannot mount a file system: {disk_full.why})")
+        else:
+            print(f"note: the store is on its own {disk_full.kind}, filled and emptied")
     gws = make_gateways(kind, opts, workdir, upstream.port, store_dir, cluster)
     rec, stats, violations, replays, twice = Record(), {}, [], {}, {}
     t_start = time.monotonic()

@@ -15,18 +15,33 @@ DB_SETTLE_S = LEASE_S
 
 
 class DiskFull:
-    """A small tmpfs under the store, filled and emptied on demand (needs root to mount)."""
+    """A small file system under the store, filled and emptied on demand (needs root to mount):
+    ext4 on a loop device, as a production store's disk would be (the WAL's prewrite runs on it),
+    or a tmpfs where loop devices are not available."""
 
     def __init__(self, store_dir, size_mb=64):
         self.store_dir = store_dir
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", store_dir],
-                           capture_output=True, text=True)
+        self.image = store_dir.rstrip("/") + ".img"
+        self.kind = "ext4"
+        made = subprocess.run(["truncate", "-s", f"{size_mb}M", self.image], capture_output=True)
+        r = made if made.returncode != 0 else subprocess.run(
+            ["mkfs.ext4", "-q", "-F", self.image], capture_output=True, text=True)
+        if r.returncode == 0:
+            r = subprocess.run(["mount", "-o", "loop", self.image, store_dir],
+                               capture_output=True, text=True)
+        if r.returncode != 0:
+            self.kind = "tmpfs"
+            r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs",
+                                store_dir], capture_output=True, text=True)
         self.ok = r.returncode == 0
         self.why = r.stderr.strip()
         self.filler = os.path.join(store_dir, "chaos-filler")
+        if self.ok and self.kind == "ext4":
+            # A fresh ext4 holds lost+found; the gateway's store wants the directory to itself.
+            subprocess.run(["rmdir", os.path.join(store_dir, "lost+found")], capture_output=True)
 
     def fill(self):
-        """Writes a filler file until the tmpfs is full (ENOSPC)."""
+        """Writes a filler file until the file system is full (ENOSPC)."""
         try:
             fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         except OSError:
@@ -51,6 +66,10 @@ class DiskFull:
     def unmount(self):
         if self.ok:
             subprocess.run(["umount", "-l", self.store_dir], capture_output=True)
+        try:
+            os.unlink(self.image)
+        except OSError:
+            pass
 
 
 class Nemesis:
