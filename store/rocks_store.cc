@@ -491,9 +491,9 @@ std::unique_ptr<Store> OpenRocksStoreWithEnv(const RocksStoreOptions& options, r
     return nullptr;
   }
   auto filter = std::make_unique<TtlCompactionFilter>(options.clock);
-  std::unique_ptr<rocksdb::Env> wal_env = WalPrewriteEnvFor(options.path, env);
-  if (wal_env) env = wal_env.get();
   rocksdb::Options db_options = MakeDbOptions(env, filter.get(), layout);
+  std::unique_ptr<rocksdb::Env> wal_env = WalPrewriteEnvFor(options.path, db_options);
+  if (wal_env) db_options.env = wal_env.get();
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);
   if (!s.ok()) {

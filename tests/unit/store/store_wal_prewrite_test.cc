@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The WAL written over zeros: where it is used, and a full ext4 disk under it (a small file
-// system on a loop device): the store fails closed once the room runs out, recovers when space
-// comes back, and every completion it acknowledged is there after a reopen.
+// The WAL written over zeros: which files it writes zeros ahead of and the size it reports for
+// them, where it is used, and a full ext4 disk under it (a small file system on a loop device):
+// the store fails closed once the room runs out, recovers when space comes back, and every
+// completion it acknowledged is there after a reopen.
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <rocksdb/file_system.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -50,6 +54,51 @@ bool Complete(Store& store, const std::string& key) {
   ClaimResult r = ClaimNow(store, Req(key));
   if (!r.status.ok() || r.outcome != ClaimOutcome::kFresh) return false;
   return CompleteNow(store, r.token, Resp(201, Body(key))).ok();
+}
+
+// Appends `bytes` to a new file `name` through `fs`; the open file in *out.
+void AppendTo(rocksdb::FileSystem& fs, const std::string& name, size_t bytes,
+              std::unique_ptr<rocksdb::FSWritableFile>* out) {
+  ASSERT_TRUE(fs.NewWritableFile(name, rocksdb::FileOptions(), out, nullptr).ok()) << name;
+  ASSERT_TRUE((*out)->Append(std::string(bytes, 'r'), rocksdb::IOOptions(), nullptr).ok());
+  ASSERT_TRUE((*out)->Sync(rocksdb::IOOptions(), nullptr).ok());
+}
+
+uint64_t SizeOnDisk(const std::string& name) { return std::filesystem::file_size(name); }
+
+uint64_t ReportedSize(rocksdb::FileSystem& fs, const std::string& name) {
+  uint64_t size = 0;
+  EXPECT_TRUE(fs.GetFileSize(name, rocksdb::IOOptions(), &size, nullptr).ok()) << name;
+  return size;
+}
+
+TEST(StoreWalPrewrite, ZerosAheadOfTheDatabasesLogsOnlyAndTheirSizeIsTheRecords) {
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  ASSERT_TRUE(std::filesystem::create_directories(db + "/elsewhere"));
+  std::unique_ptr<rocksdb::Env> env = NewWalPrewriteEnv(db, nullptr);
+  rocksdb::FileSystem& fs = *env->GetFileSystem();
+
+  std::unique_ptr<rocksdb::FSWritableFile> wal;
+  AppendTo(fs, db + "/000007.log", 100, &wal);
+  EXPECT_EQ(SizeOnDisk(db + "/000007.log"), kWalPrewriteChunkBytes) << "zeros ahead of it";
+  EXPECT_EQ(ReportedSize(fs, db + "/000007.log"), 100u) << "a checkpoint copies this much";
+  ASSERT_TRUE(wal->Close(rocksdb::IOOptions(), nullptr).ok());
+  EXPECT_EQ(SizeOnDisk(db + "/000007.log"), 100u) << "Close trims the zeros";
+  EXPECT_EQ(ReportedSize(fs, db + "/000007.log"), 100u);
+
+  // Past half a chunk, the next chunk of zeros.
+  AppendTo(fs, db + "/000008.log", kWalPrewriteChunkBytes / 2 + 1, &wal);
+  EXPECT_EQ(SizeOnDisk(db + "/000008.log"), 2 * kWalPrewriteChunkBytes);
+  wal.reset();
+
+  // Not a log of this database: a checkpoint's copy, the MANIFEST, a table.
+  for (const std::string& name :
+       {db + "/elsewhere/000009.log", db + "/MANIFEST-000005", db + "/000010.sst"}) {
+    std::unique_ptr<rocksdb::FSWritableFile> other;
+    AppendTo(fs, name, 100, &other);
+    EXPECT_EQ(SizeOnDisk(name), 100u) << name << " is written as RocksDB writes it";
+  }
 }
 
 TEST(StoreWalPrewrite, OnExt4AndXfsOnly) {
