@@ -34,8 +34,10 @@ inline constexpr uint64_t kWalPrewriteChunkBytes = 64 << 10;
 // True when `dir` is on a file system where the layer spares a write per sync (ext4, XFS).
 bool WalPrewriteHelps(const std::string& dir);
 
-// An Env whose WAL files in `db_dir` (NNNNNN.log) are written over zeros; the rest goes to
-// `base` (nullptr: Env::Default()) unchanged. It must outlive the DB opened with it.
+// An Env whose WAL files in `db_dir` (NNNNNN.log) are written over zeros, its other files
+// through `base`'s file system (nullptr: Env::Default()'s) unchanged; its clock and thread pools
+// are Env::Default()'s, as they are in every Env the store is given. It must outlive the DB
+// opened with it.
 std::unique_ptr<rocksdb::Env> NewWalPrewriteEnv(const std::string& db_dir, rocksdb::Env* base);
 
 // NewWalPrewriteEnv(db_dir, o.env) when `db_dir` is where it helps and `o` recovers the way it
