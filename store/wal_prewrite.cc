@@ -97,18 +97,12 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
 
   rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
                            rocksdb::IODebugContext* d) override {
-    Ahead(data.size(), o, d);
-    rocksdb::IOStatus s = target()->Append(data, o, d);
-    size_.store(target()->GetFileSize(o, d), std::memory_order_release);
-    return s;
+    return Appended(data.size(), o, d, [&] { return target()->Append(data, o, d); });
   }
   rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
                            const rocksdb::DataVerificationInfo& v,
                            rocksdb::IODebugContext* d) override {
-    Ahead(data.size(), o, d);
-    rocksdb::IOStatus s = target()->Append(data, o, v, d);
-    size_.store(target()->GetFileSize(o, d), std::memory_order_release);
-    return s;
+    return Appended(data.size(), o, d, [&] { return target()->Append(data, o, v, d); });
   }
   // RocksDB writes a WAL by appending only; should it ever write one at an offset or cut it,
   // the zeros' bookkeeping no longer holds, so the prewriting stops first.
@@ -130,7 +124,8 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
     Stop("a truncation", "not how a WAL is written");
     return target()->Truncate(size, o, d);
   }
-  // RocksDB trims its own preallocation on Close; the zeros past the records go the same way.
+  // RocksDB trims its preallocated space on Close, and with it the zeros; a file it did not
+  // preallocate (allow_fallocate = false) has them trimmed here.
   rocksdb::IOStatus Close(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
     uint64_t size = target()->GetFileSize(o, d);
     rocksdb::IOStatus s = target()->Close(o, d);
@@ -144,10 +139,18 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
   }
 
  private:
-  // Keeps at least half a chunk of zeros past where this append ends.
-  void Ahead(size_t n, const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) {
+  // Zeros ahead of an append of `n` bytes, the append itself, then the records' size.
+  template <typename AppendFn>
+  rocksdb::IOStatus Appended(size_t n, const rocksdb::IOOptions& o, rocksdb::IODebugContext* d,
+                             AppendFn append) {
+    Ahead(size_.load(std::memory_order_relaxed) + n);
+    rocksdb::IOStatus s = append();
+    size_.store(target()->GetFileSize(o, d), std::memory_order_release);
+    return s;
+  }
+  // Keeps at least half a chunk of zeros past `end`.
+  void Ahead(uint64_t end) {
     if (fd_ < 0) return;
-    uint64_t end = target()->GetFileSize(o, d) + n;
     while (fd_ >= 0 && end + kWalPrewriteChunkBytes / 2 > zeroed_) {
       ssize_t w = ::pwrite(fd_, Zeros(), kWalPrewriteChunkBytes, static_cast<off_t>(zeroed_));
       if (w != static_cast<ssize_t>(kWalPrewriteChunkBytes)) {
@@ -174,7 +177,7 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
   WalPrewriteFs* const fs_;  // outlives its files (the Env owning it outlives the DB)
   int fd_;
   uint64_t zeroed_ = 0;                // zeros (or records over them) reach this offset
-  std::atomic<uint64_t> size_{0};      // what RocksDB has appended
+  std::atomic<uint64_t> size_{0};      // what RocksDB has appended (written by its writer only)
 };
 
 rocksdb::IOStatus WalPrewriteFs::NewWritableFile(const std::string& name,

@@ -23,12 +23,12 @@ class DiskFull:
         self.store_dir = store_dir
         self.image = store_dir.rstrip("/") + ".img"
         self.kind = "ext4"
-        made = subprocess.run(["truncate", "-s", f"{size_mb}M", self.image], capture_output=True)
-        r = made if made.returncode != 0 else subprocess.run(
-            ["mkfs.ext4", "-q", "-F", self.image], capture_output=True, text=True)
-        if r.returncode == 0:
-            r = subprocess.run(["mount", "-o", "loop", self.image, store_dir],
-                               capture_output=True, text=True)
+        for cmd in (["truncate", "-s", f"{size_mb}M", self.image],
+                    ["mkfs.ext4", "-q", "-F", self.image],
+                    ["mount", "-o", "loop", self.image, store_dir]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                break
         if r.returncode != 0:
             self.kind = "tmpfs"
             r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs",

@@ -2,7 +2,6 @@
 // Through the real binary: the store's disk fills up (a tiny tmpfs under store.path): guarded
 // requests fail closed with 503 store_unavailable and nothing goes upstream (R3b), passthrough
 // still works, and once space is back guarded requests work again without a restart.
-#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>

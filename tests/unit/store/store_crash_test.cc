@@ -66,6 +66,12 @@ std::set<uint32_t> KillWhileCompleting(const std::string& path) {
     return reported;
   }
   pid_t pid = fork();
+  if (pid < 0) {  // never on to kill(pid): kill(-1) signals every process we may signal
+    ADD_FAILURE() << "fork: " << strerror(errno);
+    close(fds[0]);
+    close(fds[1]);
+    return reported;
+  }
   if (pid == 0) {
     close(fds[0]);
     ChildMain(path, fds[1]);

@@ -132,6 +132,13 @@ TEST(StoreWalPrewrite, AFullExt4DiskFailsClosedRecoversAndLosesNothingAcknowledg
     acked.push_back("before-" + std::to_string(i));
     ASSERT_TRUE(Complete(*store, acked.back()));
   }
+  // The prewrite is on: the live WAL ends on a chunk of zeros, not on its records.
+  bool prewritten = false;
+  for (const auto& e : std::filesystem::directory_iterator(o.path)) {
+    if (e.path().extension() != ".log") continue;
+    prewritten = prewritten || (e.file_size() > 0 && e.file_size() % kWalPrewriteChunkBytes == 0);
+  }
+  ASSERT_TRUE(prewritten) << "no WAL in " << o.path << " written over zeros";
   const std::string filler = disk.path() + "/filler";
   ASSERT_TRUE(test::FillUntilFull(filler));
   // New keys until the store says no: the WAL's room (prewritten or preallocated) runs out.
