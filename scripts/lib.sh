@@ -7,7 +7,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # golang-go, nodejs: the HTTP/2 clients of tests/integration/http2_clients_test.cc.
 BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config libevent-dev node-llhttp libssl-dev
   librocksdb-dev libtomlplusplus-dev libgtest-dev libgmock-dev libbenchmark-dev curl openssl
-  postgresql libpq-dev libnghttp2-dev nghttp2-client golang-go nodejs)
+  postgresql libpq-dev libnghttp2-dev nghttp2-client golang-go nodejs libjemalloc-dev)
 # The Patroni tests and scripts/chaos --backend patroni: etcd, Patroni, HAProxy (scripts/test).
 PATRONI_PACKAGES=(patroni etcd-server haproxy)
 
