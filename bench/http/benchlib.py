@@ -287,9 +287,11 @@ def run_wrk(port, mode, prefix, duration, threads, conns, nkeys=1000, log=None):
 
 def perf_record(pids, data, seconds):
     """Starts `perf record` (DWARF call graphs, 499 Hz) of `pids` for `seconds` into `data`;
-    returns the process, to wait() on once the load has run."""
-    return subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p",
-                             ",".join(str(pid) for pid in pids), "-o", data, "--", "sleep",
+    returns the process, to wait() on once the load has run. PERF_FREQ=N samples at N Hz, and
+    PERF_NOCG=1 records no call graphs (flat profiles with more samples)."""
+    graphs = [] if os.environ.get("PERF_NOCG") else ["--call-graph", "dwarf,16384"]
+    return subprocess.Popen(["perf", "record", "-F", os.environ.get("PERF_FREQ", "499"), *graphs,
+                             "-p", ",".join(str(pid) for pid in pids), "-o", data, "--", "sleep",
                              str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
