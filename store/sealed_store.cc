@@ -143,6 +143,12 @@ void SealedStore::FinishClaim(std::string record_key, ClaimResult result,
 void SealedStore::Claim(ClaimRequest request, ClaimCallback done) {
   std::string record_key = MakeRecordKey(request.scope, request.key);
   std::optional<Fingerprint> legacy = std::exchange(request.legacy_fingerprint, std::nullopt);
+  if (!legacy) {  // the common case: nothing to claim again, so no copy of the request is kept
+    return inner_->Claim(std::move(request), [this, record_key = std::move(record_key),
+                                              done = std::move(done)](ClaimResult result) mutable {
+      FinishClaim(std::move(record_key), std::move(result), done);
+    });
+  }
   ClaimRequest as_written = request;
   if (legacy) as_written.fingerprint = *legacy;
   inner_->Claim(std::move(request), [this, record_key = std::move(record_key), legacy,
