@@ -150,12 +150,12 @@ void SealedStore::Claim(ClaimRequest request, ClaimCallback done) {
     });
   }
   ClaimRequest as_written = request;
-  if (legacy) as_written.fingerprint = *legacy;
-  inner_->Claim(std::move(request), [this, record_key = std::move(record_key), legacy,
+  as_written.fingerprint = *legacy;
+  inner_->Claim(std::move(request), [this, record_key = std::move(record_key),
                                      as_written = std::move(as_written),
                                      done = std::move(done)](ClaimResult result) mutable {
-    if (legacy && result.status.ok() && result.outcome == ClaimOutcome::kMismatch &&
-        result.record.fingerprint == *legacy) {
+    if (result.status.ok() && result.outcome == ClaimOutcome::kMismatch &&
+        result.record.fingerprint == as_written.fingerprint) {
       return inner_->Claim(std::move(as_written), [this, record_key, done](ClaimResult again) {
         FinishClaim(record_key, std::move(again), done);
       });

@@ -110,24 +110,24 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
                                      const rocksdb::IOOptions& o,
                                      rocksdb::IODebugContext* d) override {
     Stop("a positioned write", "not how a WAL is written");
-    return target()->PositionedAppend(data, offset, o, d);
+    return Tracked(target()->PositionedAppend(data, offset, o, d), o, d);
   }
   rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset,
                                      const rocksdb::IOOptions& o,
                                      const rocksdb::DataVerificationInfo& v,
                                      rocksdb::IODebugContext* d) override {
     Stop("a positioned write", "not how a WAL is written");
-    return target()->PositionedAppend(data, offset, o, v, d);
+    return Tracked(target()->PositionedAppend(data, offset, o, v, d), o, d);
   }
   rocksdb::IOStatus Truncate(uint64_t size, const rocksdb::IOOptions& o,
                              rocksdb::IODebugContext* d) override {
     Stop("a truncation", "not how a WAL is written");
-    return target()->Truncate(size, o, d);
+    return Tracked(target()->Truncate(size, o, d), o, d);
   }
   // RocksDB trims its preallocated space on Close, and with it the zeros; a file it did not
   // preallocate (allow_fallocate = false) has them trimmed here.
   rocksdb::IOStatus Close(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
-    uint64_t size = target()->GetFileSize(o, d);
+    const uint64_t size = RecordsSize();
     rocksdb::IOStatus s = target()->Close(o, d);
     if (fd_ >= 0 && zeroed_ > size && ::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
       IDEMGATE_LOG_LIMITED(LogLevel::kWarn, "store", "trimming the WAL's zeros in %s: %s",
@@ -144,13 +144,16 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
   rocksdb::IOStatus Appended(size_t n, const rocksdb::IOOptions& o, rocksdb::IODebugContext* d,
                              AppendFn append) {
     Ahead(size_.load(std::memory_order_relaxed) + n);
-    rocksdb::IOStatus s = append();
+    return Tracked(append(), o, d);
+  }
+  // The records' size after any write to the file (what GetFileSize and Close go by).
+  rocksdb::IOStatus Tracked(rocksdb::IOStatus s, const rocksdb::IOOptions& o,
+                            rocksdb::IODebugContext* d) {
     size_.store(target()->GetFileSize(o, d), std::memory_order_release);
     return s;
   }
   // Keeps at least half a chunk of zeros past `end`.
   void Ahead(uint64_t end) {
-    if (fd_ < 0) return;
     while (fd_ >= 0 && end + kWalPrewriteChunkBytes / 2 > zeroed_) {
       ssize_t w = ::pwrite(fd_, Zeros(), kWalPrewriteChunkBytes, static_cast<off_t>(zeroed_));
       if (w != static_cast<ssize_t>(kWalPrewriteChunkBytes)) {
@@ -177,7 +180,7 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
   WalPrewriteFs* const fs_;  // outlives its files (the Env owning it outlives the DB)
   int fd_;
   uint64_t zeroed_ = 0;                // zeros (or records over them) reach this offset
-  std::atomic<uint64_t> size_{0};      // what RocksDB has appended (written by its writer only)
+  std::atomic<uint64_t> size_{0};      // the file's size as RocksDB's writes left it (its writer only)
 };
 
 rocksdb::IOStatus WalPrewriteFs::NewWritableFile(const std::string& name,

@@ -92,6 +92,13 @@ TEST(StoreWalPrewrite, ZerosAheadOfTheDatabasesLogsOnlyAndTheirSizeIsTheRecords)
   EXPECT_EQ(SizeOnDisk(db + "/000008.log"), 2 * kWalPrewriteChunkBytes);
   wal.reset();
 
+  // A truncation (never how RocksDB writes a WAL) stops the zeros; the size reported follows it.
+  AppendTo(fs, db + "/000011.log", 100, &wal);
+  ASSERT_TRUE(wal->Truncate(40, rocksdb::IOOptions(), nullptr).ok());
+  EXPECT_EQ(ReportedSize(fs, db + "/000011.log"), 40u);
+  EXPECT_EQ(SizeOnDisk(db + "/000011.log"), 40u);
+  wal.reset();
+
   // Not a log of this database: a checkpoint's copy, the MANIFEST, a table.
   for (const std::string& name :
        {db + "/elsewhere/000009.log", db + "/MANIFEST-000005", db + "/000010.sst"}) {
