@@ -180,7 +180,7 @@ class PrewrittenWal final : public rocksdb::FSWritableFileOwnerWrapper {
   WalPrewriteFs* const fs_;  // outlives its files (the Env owning it outlives the DB)
   int fd_;
   uint64_t zeroed_ = 0;                // zeros (or records over them) reach this offset
-  std::atomic<uint64_t> size_{0};      // the file's size as RocksDB's writes left it (its writer only)
+  std::atomic<uint64_t> size_{0};  // the file's size as RocksDB's writes left it (its writer only)
 };
 
 rocksdb::IOStatus WalPrewriteFs::NewWritableFile(const std::string& name,
