@@ -30,19 +30,19 @@ void LocalAttempts::Prune(TimeMs mono_now) {
   std::erase_if(attempts_, [mono_now](const auto& kv) { return kv.second.mono_end <= mono_now; });
 }
 
-void LocalAttempts::StageStart(const std::string& key, uint64_t owner, uint32_t attempt,
+void LocalAttempts::StageStart(std::string_view key, uint64_t owner, uint32_t attempt,
                                TimeMs mono_end) {
   staged_.push_back(Change{key, true, Attempt{owner, attempt, mono_end}});
 }
 
-void LocalAttempts::StageEnd(const std::string& key) { staged_.push_back(Change{key, false, {}}); }
+void LocalAttempts::StageEnd(std::string_view key) { staged_.push_back(Change{key, false, {}}); }
 
 void LocalAttempts::Commit(TimeMs mono_now) {
   for (Change& c : staged_) {
     if (c.start) {
-      attempts_[c.key] = c.attempt;
-    } else {
-      attempts_.erase(c.key);
+      attempts_.insert_or_assign(std::string(c.key), c.attempt);
+    } else if (auto it = attempts_.find(c.key); it != attempts_.end()) {
+      attempts_.erase(it);
     }
   }
   staged_.clear();
@@ -52,38 +52,44 @@ void LocalAttempts::Commit(TimeMs mono_now) {
   }
 }
 
-void BatchUndo::Note(Kind kind, const std::string& key, const std::optional<Record>& existing,
+void BatchUndo::Note(Kind kind, std::string_view key, const std::optional<Record>& existing,
                      WriteAction action, const Record& record, TimeMs now) {
   if (action == WriteAction::kNone) return;
-  auto [it, inserted] = keys_.try_emplace(key);
-  KeyState& k = it->second;
-  if (inserted && existing.has_value() && existing->state == RecordState::kInFlight &&
+  Noted& n = notes_.emplace_back(Noted{kind, key, action, std::nullopt, Record{}});
+  if (existing.has_value() && existing->state == RecordState::kInFlight &&
       !existing->ExpiredAt(now)) {
-    k.before = existing;  // in flight: no response body, cheap to keep
+    n.before = existing;  // in flight: no response body, cheap to keep
   }
-  switch (kind) {
-    case Kind::kClaim:
-      k.claimed = true;
-      break;
-    case Kind::kComplete:
-      k.completed = true;
-      k.last.reset();
-      break;
-    case Kind::kReleaseOrDelete:
-      k.completed = false;
-      k.last = ReconcileWrite{key, action, action == WriteAction::kPut ? record : Record{}};
-      break;
-  }
+  if (kind == Kind::kReleaseOrDelete && action == WriteAction::kPut) n.record = record;
 }
 
 std::vector<ReconcileWrite> BatchUndo::Reconcile() const {
+  std::unordered_map<std::string_view, KeyState> keys;
+  for (const Noted& n : notes_) {
+    auto [it, inserted] = keys.try_emplace(n.key);
+    KeyState& k = it->second;
+    if (inserted) k.before = n.before;  // what the batch's first write to the key found
+    switch (n.kind) {
+      case Kind::kClaim:
+        k.claimed = true;
+        break;
+      case Kind::kComplete:
+        k.completed = true;
+        k.last.reset();
+        break;
+      case Kind::kReleaseOrDelete:
+        k.completed = false;
+        k.last = ReconcileWrite{std::string(n.key), n.action, n.record};
+        break;
+    }
+  }
   std::vector<ReconcileWrite> out;
-  for (const auto& [key, k] : keys_) {
+  for (const auto& [key, k] : keys) {
     if (k.completed) continue;  // ambiguous on purpose: the owner's retried Complete settles it
     if (k.last.has_value()) {
       out.push_back(*k.last);
     } else if (k.claimed) {
-      ReconcileWrite w{key, WriteAction::kDelete, {}};
+      ReconcileWrite w{std::string(key), WriteAction::kDelete, {}};
       if (k.before.has_value()) {
         w.action = WriteAction::kPut;
         w.record = *k.before;

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -33,9 +35,10 @@ class LocalAttempts {
   size_t size() const { return attempts_.size(); }
 
   // What a batch decides takes effect once the batch is durable: Stage* while deciding, then
-  // Commit (the write succeeded; also prunes now and then) or Drop (it failed).
-  void StageStart(const std::string& key, uint64_t owner, uint32_t attempt, TimeMs mono_end);
-  void StageEnd(const std::string& key);
+  // Commit (the write succeeded; also prunes now and then) or Drop (it failed). A staged key is
+  // not copied: it must stay valid until Commit or Drop (the writer's ops outlive their batch).
+  void StageStart(std::string_view key, uint64_t owner, uint32_t attempt, TimeMs mono_end);
+  void StageEnd(std::string_view key);
   void Commit(TimeMs mono_now);
   void Drop() { staged_.clear(); }
 
@@ -46,11 +49,15 @@ class LocalAttempts {
     TimeMs mono_end = 0;
   };
   struct Change {
-    std::string key;
+    std::string_view key;
     bool start = false;  // else: the attempt ended
     Attempt attempt;
   };
-  std::unordered_map<std::string, Attempt> attempts_;
+  struct KeyHash {  // lets a staged key (a view) find its attempt without a copy
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+  };
+  std::unordered_map<std::string, Attempt, KeyHash, std::equal_to<>> attempts_;
   std::vector<Change> staged_;
   size_t prune_at_ = 1024;  // prune passed attempts once there are more than this many
 };
@@ -68,24 +75,35 @@ struct ReconcileWrite {
 // would have taken over); a failed Release or admin Delete is carried out anyway (its caller gave
 // up on the record); a failed Complete is left as it is (the owner retries it, and Complete is
 // idempotent).
+//
+// Noting is the common path (every op of every batch) and reconciling the rare one, so Note only
+// appends what Reconcile needs, and Reconcile folds the notes by key.
 class BatchUndo {
  public:
   enum class Kind { kClaim, kComplete, kReleaseOrDelete };
-  void Clear() { keys_.clear(); }
+  void Clear() { notes_.clear(); }
   // An op of `kind` decided to write `action` (`record` for kPut) over `existing` at `now`.
-  void Note(Kind kind, const std::string& key, const std::optional<Record>& existing,
+  // `key` is not copied: it must stay valid until Clear (the writer's ops outlive their batch).
+  void Note(Kind kind, std::string_view key, const std::optional<Record>& existing,
             WriteAction action, const Record& record, TimeMs now);
   // The writes that reconcile the batch if its write failed.
   std::vector<ReconcileWrite> Reconcile() const;
 
  private:
+  struct Noted {
+    Kind kind;
+    std::string_view key;
+    WriteAction action;
+    std::optional<Record> before;  // `existing`, when it is a live in-flight record
+    Record record;                 // a Release's or Delete's kPut only
+  };
   struct KeyState {
     std::optional<Record> before;        // the live in-flight record the batch found, if any
     bool claimed = false;                // a claim won this key in the batch
     bool completed = false;              // the last non-claim write was a Complete
     std::optional<ReconcileWrite> last;  // the last Release/Delete write
   };
-  std::unordered_map<std::string, KeyState> keys_;
+  std::vector<Noted> notes_;
 };
 
 }  // namespace idemgate
