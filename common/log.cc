@@ -56,7 +56,7 @@ std::string FormatLogLine(std::chrono::system_clock::time_point when, LogLevel l
   time_t secs = static_cast<time_t>(ms / 1000);
   tm utc{};
   gmtime_r(&secs, &utc);
-  char stamp[40];
+  char stamp[64];  // room for any tm the formats could print, not just four-digit years
   snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
            utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
            static_cast<int>(ms % 1000));

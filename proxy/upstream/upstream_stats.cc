@@ -40,7 +40,12 @@ std::vector<UpstreamStats::Server> UpstreamStats::Snapshot() const {
   for (const Entry& e : entries_) {
     const std::string id = e.group + "\n" + e.server + "\n" + e.address;
     auto [it, added] = index.emplace(id, out.size());
-    if (added) out.push_back(Server{e.group, e.server, e.address});
+    if (added) {
+      Server& fresh = out.emplace_back();
+      fresh.group = e.group;
+      fresh.server = e.server;
+      fresh.address = e.address;
+    }
     Server& s = out[it->second];
     s.requests += Load(e.requests);
     s.taken_out += Load(e.taken_out);

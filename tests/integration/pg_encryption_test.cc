@@ -43,7 +43,9 @@ class PgEncryptionTest : public PgGatewaysTest {
     std::string out;
     char buf[4096];
     while (pipe != nullptr && fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
-    if (pipe != nullptr) EXPECT_EQ(pclose(pipe), 0) << out;
+    if (pipe != nullptr) {
+      EXPECT_EQ(pclose(pipe), 0) << out;
+    }
     EXPECT_NE(out.find("idemgate_records"), std::string::npos) << out;
     return out;
   }

@@ -103,7 +103,9 @@ TEST_F(DemoApiTest, ConcurrentPostsAreAllExecuted) {
 
 TEST(DemoApiDelay, DelaysTheAnswerButCountsOnArrival) {
   DemoApi api;
-  ASSERT_TRUE(api.Start(DemoApi::Options{"127.0.0.1", 0, 300}));
+  DemoApi::Options options;
+  options.delay_ms = 300;
+  ASSERT_TRUE(api.Start(options));
   TestClient c(api.port());
   ASSERT_TRUE(c.SendRaw(
       TestClient::BuildRequest({"POST", "/v1/payment_intents", kJson, R"({"amount":"5"})"})));
@@ -114,7 +116,9 @@ TEST(DemoApiDelay, DelaysTheAnswerButCountsOnArrival) {
 
 TEST(DemoApiDelay, StopWithAPendingAnswerIsClean) {
   DemoApi api;
-  ASSERT_TRUE(api.Start(DemoApi::Options{"127.0.0.1", 0, 60'000}));
+  DemoApi::Options options;
+  options.delay_ms = 60'000;
+  ASSERT_TRUE(api.Start(options));
   TestClient c(api.port());
   ASSERT_TRUE(c.SendRaw(
       TestClient::BuildRequest({"POST", "/v1/payment_intents", kJson, R"({"amount":"5"})"})));
