@@ -88,6 +88,7 @@ class PgCluster:
             pw = pwd.getpwnam("postgres")
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
         self.ports = [free_port(), free_port()]
+        self.listened = set()  # nodes that have listened on their port (it is in the DSN then)
         self.generation = [0, 0]
         self.primary, self.standby = 0, 1
 
@@ -138,10 +139,27 @@ class PgCluster:
         return path
 
     def start_node(self, node):
+        """Starts `node`. Its port was picked free at the start, but tests running alongside can
+        take it before the node first listens: such a node moves to another free port."""
         reap_servers()
-        opts = f"-p {self.ports[node]} -k {self.root} {SETTINGS}"
-        self.run(os.path.join(self.bin, "pg_ctl"), "-D", self.data(node), "-l",
-                 self.data(node) + ".log", "-w", "-t", "60", "-o", opts, "start")
+        for _ in range(3):
+            opts = f"-p {self.ports[node]} -k {self.root} {SETTINGS}"
+            if self.run(os.path.join(self.bin, "pg_ctl"), "-D", self.data(node), "-l",
+                        self.data(node) + ".log", "-w", "-t", "60", "-o", opts, "start",
+                        check=False):
+                self.listened.add(node)
+                return
+            if node in self.listened or "Address already in use" not in self.log(node):
+                break
+            self.ports[node] = free_port()
+        raise RuntimeError(f"PostgreSQL node {node} did not start: {self.log(node)[-2000:]}")
+
+    def log(self, node):
+        try:
+            with open(self.data(node) + ".log", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
 
     def postmaster(self, node):
         try:
