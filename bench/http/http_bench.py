@@ -232,6 +232,9 @@ def rounds(args, tmp, targets, upstream_pids, results, fsync_samples, store_dir)
                 prefix = "%s-r%d-%s" % (sc, rnd, t.name)
                 results.setdefault((sc, t.name), []).append(
                     run_one(args, tmp, t, sc, prefix, upstream_pids))
+                # What this run left dirty (a store with sync = false, the access logs) is written
+                # now, not during the next target's run, whose syncs would wait behind it.
+                os.sync()
                 if sc == "conflict" and t.name != "nginx":
                     st, _, body = B.post(t.port, "/slow/payments",
                                          {"Content-Type": "application/json",
