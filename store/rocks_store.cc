@@ -133,10 +133,10 @@ class RocksStore final : public Store {
 
   // Writer thread only.
   rocksdb::WriteBatch batch_;
-  // What this batch wrote so far, by record key (a view of the op's key, which outlives the
-  // batch): the encoded record, or nullopt for a delete. A later op of the same batch decides
-  // against this, not against the DB. (A WriteBatchWithIndex did this with a skiplist of its own
-  // per batch, ~1.9k instructions per op.)
+  // What this batch wrote so far, by record key (a view of the op's key, valid while the batch
+  // runs; cleared before the next): the encoded record, or nullopt for a delete. A later op of
+  // the same batch decides against this, not against the DB. (A WriteBatchWithIndex did this with
+  // a skiplist of its own per batch, ~1.9k instructions per op.)
   std::unordered_map<std::string_view, std::optional<std::string>> written_;
   rocksdb::WriteOptions write_options_;
   rocksdb::ReadOptions read_options_;
@@ -434,7 +434,7 @@ StoreStatus RocksStore::ReadRecord(const std::string& key, std::optional<Record>
   return {};
 }
 
-// `key` is the op's own, which outlives the batch (written_ keeps a view of it).
+// `key` is the op's own, alive until the batch is reported (written_ keeps a view of it).
 StoreStatus RocksStore::Apply(const std::string& key, WriteAction action, const Record& record) {
   rocksdb::Status s;
   std::optional<std::string> value;

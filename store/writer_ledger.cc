@@ -56,7 +56,9 @@ void BatchUndo::Note(Kind kind, std::string_view key, const std::optional<Record
                      WriteAction action, const Record& record, TimeMs now) {
   if (action == WriteAction::kNone) return;
   Noted& n = notes_.emplace_back(Noted{kind, key, action, std::nullopt, Record{}});
-  if (existing.has_value() && existing->state == RecordState::kInFlight &&
+  // Reconcile puts `before` back only for a key whose first write in the batch was a claim (a
+  // key completed, released or deleted in the batch gets no claim undone), so only claims keep it.
+  if (kind == Kind::kClaim && existing.has_value() && existing->state == RecordState::kInFlight &&
       !existing->ExpiredAt(now)) {
     n.before = existing;  // in flight: no response body, cheap to keep
   }

@@ -36,7 +36,7 @@ class LocalAttempts {
 
   // What a batch decides takes effect once the batch is durable: Stage* while deciding, then
   // Commit (the write succeeded; also prunes now and then) or Drop (it failed). A staged key is
-  // not copied: it must stay valid until Commit or Drop (the writer's ops outlive their batch).
+  // not copied: it must stay valid until Commit or Drop (the writer's ops live until then).
   void StageStart(std::string_view key, uint64_t owner, uint32_t attempt, TimeMs mono_end);
   void StageEnd(std::string_view key);
   void Commit(TimeMs mono_now);
@@ -83,7 +83,7 @@ class BatchUndo {
   enum class Kind { kClaim, kComplete, kReleaseOrDelete };
   void Clear() { notes_.clear(); }
   // An op of `kind` decided to write `action` (`record` for kPut) over `existing` at `now`.
-  // `key` is not copied: it must stay valid until Clear (the writer's ops outlive their batch).
+  // `key` is not copied: it must stay valid until Reconcile (the writer's ops live until then).
   void Note(Kind kind, std::string_view key, const std::optional<Record>& existing,
             WriteAction action, const Record& record, TimeMs now);
   // The writes that reconcile the batch if its write failed.
@@ -94,7 +94,7 @@ class BatchUndo {
     Kind kind;
     std::string_view key;
     WriteAction action;
-    std::optional<Record> before;  // `existing`, when it is a live in-flight record
+    std::optional<Record> before;  // a claim's `existing`, when it is a live in-flight record
     Record record;                 // a Release's or Delete's kPut only
   };
   struct KeyState {
