@@ -6,11 +6,17 @@
 # requests: the claim and the completion (a worker's store call to its answer), inside each the
 # group commit's synced write, and the upstream call. What the gateway spends outside the store
 # calls and the upstream call, and what the client waits outside the gateway, are the rest.
+# The floor is also measured end to end: nginx in front of an origin that makes two synced writes
+# per request (synced_origin.c), where wrk and nginx idle through the syncs as wrk, the gateway
+# and the origin do through a fresh request's; appended, as the probe's, and written over zeros,
+# as the store's WAL is on ext4 and XFS. The same origin making none checks that it costs what
+# nginx's origin does.
 # Usage: python3 bench/http/fresh_breakdown.py --bin build/idemgate [--rounds 5] [--duration 5]
 import argparse
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import urllib.request
@@ -67,15 +73,42 @@ def start_gateway(procs, args, tmp, up_port):
     return port, admin, p, store
 
 
-def one_round(args, nginx_port, port, admin, pid, store, idx):
+def start_synced_origins(procs, tmp, proxy_vals):
+    """synced_origin.c making no synced writes per request, two appended and two written over
+    zeros, each behind an nginx proxy of its own: {variant: proxy port}."""
+    exe = os.path.join(tmp, "synced_origin")
+    subprocess.run(["cc", "-O2", "-pthread", "-o", exe, os.path.join(B.HERE, "synced_origin.c")],
+                   check=True)
+    body = os.path.join(tmp, "origin.body")
+    with open(body, "w") as f:
+        f.write(B.BODY)
+    ports = {}
+    for name, syncs, mode in (("none", 0, "append"), ("append", 2, "append"),
+                              ("overwrite", 2, "overwrite")):
+        origin_port = B.free_ports(1)[0]
+        out = os.path.join(tmp, "synced-%s.out" % name)
+        p = procs.start([exe, str(origin_port), str(syncs), mode,
+                         os.path.join(tmp, "synced-%s.data" % name), body], out)
+        B.wait_line(out, "listening on", p)
+        px = H.start_nginx_proxy(procs, tmp, dict(proxy_vals, UPSTREAM_PORT=origin_port),
+                                 "proxy-synced-" + name, False)
+        ports[name] = px.ports[0]
+    return ports
+
+
+def one_round(args, nginx_port, synced_ports, port, admin, pid, store, idx):
     ng = B.run_wrk(nginx_port, "passthrough", "p", args.duration, 1, 1)
+    synced = {name: 1e3 / B.run_wrk(p, "passthrough", "p", args.duration, 1, 1)["rps"]
+              for name, p in synced_ports.items()}
     probe = B.fdatasync_probe(store, 200)
     before, cpu0 = scrape(admin), B.thread_group_run_seconds(pid)
     fr = B.run_wrk(port, "fresh", "f%d" % idx, args.duration, 1, 1)
     after, cpu1 = scrape(admin), B.thread_group_run_seconds(pid)
     errors = sum(fr[k] for k in ("status_errors", "connect", "read", "write", "timeout"))
     H.check(errors == 0, "fresh: %s" % fr)
-    r = {"nginx": 1e3 / ng["rps"], "fresh": 1e3 / fr["rps"], "fdatasync": probe[0]}
+    r = {"nginx": 1e3 / ng["rps"], "fresh": 1e3 / fr["rps"], "fdatasync": probe[0],
+         "synced0": synced["none"], "floor_e2e": synced["append"],
+         "floor_e2e_over": synced["overwrite"]}
     for name in SERIES:
         r[name], r[name + "_n"] = mean_ms(before, after, name)
     n = r["request_n"] or 1
@@ -99,6 +132,12 @@ ROWS = [
     ("  a request through nginx (1 / req/s)", "nginx"),
     ("  fdatasync of a 64 B append (probe p50)", "fdatasync"),
     ("fresh / floor", "ratio"),
+    ("the floor end to end: nginx to an origin making 2 synced appends of 64 B", "floor_e2e"),
+    ("  the same origin making none (against nginx's request above)", "synced0"),
+    ("  the floor end to end / the floor", "e2e_over_sum"),
+    ("fresh / the floor end to end", "ratio_e2e"),
+    ("the floor end to end with the 2 writes over zeros (as the store's WAL)", "floor_e2e_over"),
+    ("fresh / the floor end to end over zeros", "ratio_e2e_over"),
     ("CPU per fresh request: workers / store thread", "cpu"),
 ]
 
@@ -113,6 +152,9 @@ def derive(r):
     r["handoffs"] = r["claim"] + r["complete"] - 2 * r["write"]
     r["floor"] = r["nginx"] + 2 * r["fdatasync"]
     r["ratio"] = r["fresh"] / r["floor"]
+    r["e2e_over_sum"] = r["floor_e2e"] / r["floor"]
+    r["ratio_e2e"] = r["fresh"] / r["floor_e2e"]
+    r["ratio_e2e_over"] = r["fresh"] / r["floor_e2e_over"]
     return r
 
 
@@ -123,7 +165,7 @@ def report(results):
     for label, key in ROWS:
         if key == "cpu":
             value = "%.0f / %.0f us" % (med["cpu_workers"] * 1e3, med["cpu_store"] * 1e3)
-        elif key == "ratio":
+        elif key in ("ratio", "e2e_over_sum", "ratio_e2e", "ratio_e2e_over"):
             value = "%.2fx" % med[key]
         else:
             value = "%.3f" % med[key]
@@ -141,9 +183,11 @@ def main(argv):
     hole = B.black_hole()
     try:
         up_port, px = H.start_origin_and_proxy(procs, tmp, hole)
+        synced_ports = start_synced_origins(
+            procs, tmp, {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp})
         port, admin, p, store = start_gateway(procs, args, tmp, up_port)
         B.run_wrk(port, "fresh", "warm", 2, 1, 1)
-        results = [derive(one_round(args, px.ports[0], port, admin, p.pid, store, i))
+        results = [derive(one_round(args, px.ports[0], synced_ports, port, admin, p.pid, store, i))
                    for i in range(args.rounds)]
         print("load %s; %d rounds of %d s, wrk -t1 -c1" % (B.loadavg(), args.rounds,
                                                           args.duration))
