@@ -108,17 +108,24 @@ def children(pid):
         return []
 
 
-def cpu_seconds(pids):
-    """utime + stime of the given processes (all their threads), in seconds."""
-    total = 0
+def user_sys_seconds(pids):
+    """(utime, stime) of the given processes (all their threads), in seconds."""
+    user = system = 0
     for pid in pids:
         try:
             with open("/proc/%d/stat" % pid) as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            user += int(fields[11])
+            system += int(fields[12])
         except OSError:
             pass
-    return total / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    return user / tck, system / tck
+
+
+def cpu_seconds(pids):
+    """utime + stime of the given processes (all their threads), in seconds."""
+    return sum(user_sys_seconds(pids))
 
 
 # Thread groups of a gateway, by the names it gives its threads (common/thread_name.h).

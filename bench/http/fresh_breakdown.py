@@ -11,7 +11,11 @@
 # and the origin do through a fresh request's; appended, as the probe's, and written over zeros,
 # as the store's WAL is on ext4 and XFS. The same origin making none checks that it costs what
 # nginx's origin does.
+# --replay adds, in the same rounds, replays through the gateway and requests straight to the
+# origin: an answer from memory with no proxy hop, the most a replay can gain over nginx's
+# request at one connection.
 # Usage: python3 bench/http/fresh_breakdown.py --bin build/idemgate [--rounds 5] [--duration 5]
+#   [--replay]
 import argparse
 import os
 import re
@@ -96,6 +100,26 @@ def start_synced_origins(procs, tmp, proxy_vals):
     return ports
 
 
+def timed_wrk(pids, port, mode, args):
+    """A wrk run at one connection: (ms per request, user us, kernel us per request of pids)."""
+    u0, s0 = B.user_sys_seconds(pids)
+    r = B.run_wrk(port, mode, mode[0], args.duration, 1, 1, REPLAY_KEYS)
+    u1, s1 = B.user_sys_seconds(pids)
+    H.check(r["status_errors"] == 0, "%s: %s" % (mode, r))
+    n = r["requests"] or 1
+    return 1e3 / r["rps"], (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
+
+
+def replay_round(args, port, pid, up_port):
+    """A replay through the gateway and a request straight to the origin: ms per request, and
+    the user and kernel CPU per request of the gateway, then of the origin."""
+    r = {}
+    r["replay"], r["replay_user"], r["replay_sys"] = timed_wrk([pid], port, "replay", args)
+    r["origin"], r["origin_user"], r["origin_sys"] = timed_wrk(args.origin_pids(), up_port,
+                                                               "passthrough", args)
+    return r
+
+
 def one_round(args, nginx_port, synced_ports, port, admin, pid, store, idx):
     ng = B.run_wrk(nginx_port, "passthrough", "p", args.duration, 1, 1)
     synced = {name: 1e3 / B.run_wrk(p, "passthrough", "p", args.duration, 1, 1)["rps"]
@@ -109,6 +133,8 @@ def one_round(args, nginx_port, synced_ports, port, admin, pid, store, idx):
     r = {"nginx": 1e3 / ng["rps"], "fresh": 1e3 / fr["rps"], "fdatasync": probe[0],
          "synced0": synced["none"], "floor_e2e": synced["append"],
          "floor_e2e_over": synced["overwrite"]}
+    if args.replay:
+        r.update(replay_round(args, port, pid, args.up_port))
     for name in SERIES:
         r[name], r[name + "_n"] = mean_ms(before, after, name)
     n = r["request_n"] or 1
@@ -141,6 +167,16 @@ ROWS = [
     ("CPU per fresh request: workers / store thread", "cpu"),
 ]
 
+REPLAY_KEYS = 1000
+REPLAY_ROWS = [
+    ("a replay through the gateway (1 / req/s)", "replay"),
+    ("a request straight to the origin, no proxy (1 / req/s)", "origin"),
+    ("replay x nginx (req/s)", "replay_x"),
+    ("the origin straight x nginx (req/s): the most an answer from memory gains", "origin_x"),
+    ("CPU per request, user / kernel: the gateway's replay", "replay_cpu"),
+    ("CPU per request, user / kernel: the origin answering straight", "origin_cpu"),
+]
+
 
 def derive(r):
     # The write histogram is per group commit: it is the claim's and the completion's only while
@@ -155,6 +191,9 @@ def derive(r):
     r["e2e_over_sum"] = r["floor_e2e"] / r["floor"]
     r["ratio_e2e"] = r["fresh"] / r["floor_e2e"]
     r["ratio_e2e_over"] = r["fresh"] / r["floor_e2e_over"]
+    if "replay" in r:
+        r["replay_x"] = r["nginx"] / r["replay"]
+        r["origin_x"] = r["nginx"] / r["origin"]
     return r
 
 
@@ -162,10 +201,14 @@ def report(results):
     med = {k: statistics.median(r[k] for r in results) for k in results[0]}
     print("| per request, median of %d rounds | ms |" % len(results))
     print("|---|---:|")
-    for label, key in ROWS:
+    for label, key in ROWS + (REPLAY_ROWS if "replay" in med else []):
         if key == "cpu":
             value = "%.0f / %.0f us" % (med["cpu_workers"] * 1e3, med["cpu_store"] * 1e3)
-        elif key in ("ratio", "e2e_over_sum", "ratio_e2e", "ratio_e2e_over"):
+        elif key in ("replay_cpu", "origin_cpu"):
+            who = key[:-4]
+            value = "%.1f / %.1f us" % (med[who + "_user"], med[who + "_sys"])
+        elif key in ("ratio", "e2e_over_sum", "ratio_e2e", "ratio_e2e_over", "replay_x",
+                     "origin_x"):
             value = "%.2fx" % med[key]
         else:
             value = "%.3f" % med[key]
@@ -177,16 +220,23 @@ def main(argv):
     ap.add_argument("--bin", default="build/idemgate")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--replay", action="store_true",
+                    help="also replays, and requests straight to the origin (their limit)")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="idemgate-freshbd-")
     procs = B.Procs()
     hole = B.black_hole()
     try:
-        up_port, px = H.start_origin_and_proxy(procs, tmp, hole)
+        up_port, px, origin = H.start_origin_and_proxy(procs, tmp, hole)
         synced_ports = start_synced_origins(
             procs, tmp, {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp})
         port, admin, p, store = start_gateway(procs, args, tmp, up_port)
         B.run_wrk(port, "fresh", "warm", 2, 1, 1)
+        args.up_port = up_port
+        args.origin_pids = lambda: B.children(origin.pid)
+        if args.replay:
+            counts = B.preload_replay(port, REPLAY_KEYS)
+            H.check(counts == {201: REPLAY_KEYS}, "replay preload: %s" % counts)
         results = [derive(one_round(args, px.ports[0], synced_ports, port, admin, p.pid, store, i))
                    for i in range(args.rounds)]
         print("load %s; %d rounds of %d s, wrk -t1 -c1" % (B.loadavg(), args.rounds,

@@ -109,13 +109,13 @@ def start_nginx_proxy(procs, tmp, values, name, logged):
 
 def start_origin_and_proxy(procs, tmp, hole):
     """The nginx origin (its /slow/ to `hole`) and nginx proxying it without an access log:
-    (origin port, proxy Target)."""
+    (origin port, proxy Target, the origin's master process)."""
     up_port = B.free_ports(1)[0]
     vals = {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp,
             "UPSTREAM_PORT": up_port, "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
     up = start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
     B.wait_port(up_port, up)
-    return up_port, start_nginx_proxy(procs, tmp, vals, "proxy", False)
+    return up_port, start_nginx_proxy(procs, tmp, vals, "proxy", False), up
 
 
 def private_file(path, text):

@@ -135,7 +135,7 @@ def main(argv):
     procs = B.Procs()
     hole = B.black_hole()
     try:
-        up_port, px = H.start_origin_and_proxy(procs, tmp, hole)
+        up_port, px, _ = H.start_origin_and_proxy(procs, tmp, hole)
         time.sleep(0.5)
         g, _ = H.start_idemgate(procs, args, tmp, "idemgate", up_port, 1)
         send(g.ports[0], "replay", "", 100, 1)  # completes replay-0..99
