@@ -100,41 +100,45 @@ def start_synced_origins(procs, tmp, proxy_vals):
     return ports
 
 
-def timed_wrk(pids, port, mode, args):
-    """A wrk run at one connection: (ms per request, user us, kernel us per request of pids)."""
+def wrk_ms(port, mode, prefix, args, nkeys=1000):
+    """One wrk run at one connection, every answer a 2xx: (ms per request, requests)."""
+    r = B.run_wrk(port, mode, prefix, args.duration, 1, 1, nkeys)
+    errors = sum(r[k] for k in ("status_errors", "connect", "read", "write", "timeout"))
+    H.check(errors == 0 and r["requests"] > 0, "%s on port %d: %s" % (mode, port, r))
+    return 1e3 / r["rps"], r["requests"]
+
+
+def timed_wrk(pids, port, args):
+    """The replay request at one connection: (ms per request, user us, kernel us per request of
+    pids). utime and stime are sampled at the scheduler's tick: roughly +-10% over a run."""
     u0, s0 = B.user_sys_seconds(pids)
-    r = B.run_wrk(port, mode, mode[0], args.duration, 1, 1, REPLAY_KEYS)
+    ms, n = wrk_ms(port, "replay", "r", args, REPLAY_KEYS)
     u1, s1 = B.user_sys_seconds(pids)
-    H.check(r["status_errors"] == 0, "%s: %s" % (mode, r))
-    n = r["requests"] or 1
-    return 1e3 / r["rps"], (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
+    return ms, (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
 
 
-def replay_round(args, port, pid, up_port):
-    """A replay through the gateway and a request straight to the origin: ms per request, and
-    the user and kernel CPU per request of the gateway, then of the origin."""
-    r = {}
-    r["replay"], r["replay_user"], r["replay_sys"] = timed_wrk([pid], port, "replay", args)
-    r["origin"], r["origin_user"], r["origin_sys"] = timed_wrk(args.origin_pids(), up_port,
-                                                               "passthrough", args)
+def replay_round(args, nginx_port, port, pid, up_port):
+    """The replay request (Authorization, Idempotency-Key) through nginx, through the gateway
+    and straight to the origin: ms per request, and the user and kernel CPU per request of the
+    gateway and of the origin."""
+    r = {"nginx_replay": wrk_ms(nginx_port, "replay", "r", args, REPLAY_KEYS)[0]}
+    r["replay"], r["replay_user"], r["replay_sys"] = timed_wrk([pid], port, args)
+    r["origin"], r["origin_user"], r["origin_sys"] = timed_wrk(args.origin_pids(), up_port, args)
     return r
 
 
 def one_round(args, nginx_port, synced_ports, port, admin, pid, store, idx):
-    ng = B.run_wrk(nginx_port, "passthrough", "p", args.duration, 1, 1)
-    synced = {name: 1e3 / B.run_wrk(p, "passthrough", "p", args.duration, 1, 1)["rps"]
-              for name, p in synced_ports.items()}
+    nginx_ms = wrk_ms(nginx_port, "passthrough", "p", args)[0]
+    synced = {name: wrk_ms(p, "passthrough", "p", args)[0] for name, p in synced_ports.items()}
     probe = B.fdatasync_probe(store, 200)
     before, cpu0 = scrape(admin), B.thread_group_run_seconds(pid)
-    fr = B.run_wrk(port, "fresh", "f%d" % idx, args.duration, 1, 1)
+    fresh_ms = wrk_ms(port, "fresh", "f%d" % idx, args)[0]
     after, cpu1 = scrape(admin), B.thread_group_run_seconds(pid)
-    errors = sum(fr[k] for k in ("status_errors", "connect", "read", "write", "timeout"))
-    H.check(errors == 0, "fresh: %s" % fr)
-    r = {"nginx": 1e3 / ng["rps"], "fresh": 1e3 / fr["rps"], "fdatasync": probe[0],
+    r = {"nginx": nginx_ms, "fresh": fresh_ms, "fdatasync": probe[0],
          "synced0": synced["none"], "floor_e2e": synced["append"],
          "floor_e2e_over": synced["overwrite"]}
     if args.replay:
-        r.update(replay_round(args, port, pid, args.up_port))
+        r.update(replay_round(args, nginx_port, port, pid, args.up_port))
     for name in SERIES:
         r[name], r[name + "_n"] = mean_ms(before, after, name)
     n = r["request_n"] or 1
@@ -147,17 +151,18 @@ ROWS = [
     ("a fresh request, as the client sees it (1 / req/s)", "fresh"),
     ("  inside the gateway (complete request to answer)", "request"),
     ("    claim: store call to answer", "claim"),
-    ("      its group commit's synced write", "write"),
+    ("      its group commit's synced write (the mean of both)", "write"),
     ("    upstream call", "upstream"),
     ("    completion: store call to answer", "complete"),
-    ("      its group commit's synced write", "write"),
+    ("      its group commit's synced write (the mean of both)", "write"),
     ("    the rest in the gateway (parse, hash, lookup, answer)", "rest"),
     ("  outside the gateway (client, loopback, wake-ups)", "outside"),
     ("hand-offs: both store calls less their writes", "handoffs"),
-    ("the floor: nginx's request + 2 fdatasync (probe p50)", "floor"),
+    ("the floor: nginx's request + 2 fdatasync (probe p50), the median of the rounds' sums",
+     "floor"),
     ("  a request through nginx (1 / req/s)", "nginx"),
     ("  fdatasync of a 64 B append (probe p50)", "fdatasync"),
-    ("fresh / floor", "ratio"),
+    ("fresh / floor (each ratio below: the median of the rounds' ratios)", "ratio"),
     ("the floor end to end: nginx to an origin making 2 synced appends of 64 B", "floor_e2e"),
     ("  the same origin making none (against nginx's request above)", "synced0"),
     ("  the floor end to end / the floor", "e2e_over_sum"),
@@ -169,10 +174,11 @@ ROWS = [
 
 REPLAY_KEYS = 1000
 REPLAY_ROWS = [
+    ("the replay request through nginx (1 / req/s)", "nginx_replay"),
     ("a replay through the gateway (1 / req/s)", "replay"),
-    ("a request straight to the origin, no proxy (1 / req/s)", "origin"),
-    ("replay x nginx (req/s)", "replay_x"),
-    ("the origin straight x nginx (req/s): the most an answer from memory gains", "origin_x"),
+    ("the replay request straight to the origin, no proxy (1 / req/s)", "origin"),
+    ("replay x nginx (req/s, the median of the rounds' ratios)", "replay_x"),
+    ("the origin straight x nginx (the same): the most an answer from memory gains", "origin_x"),
     ("CPU per request, user / kernel: the gateway's replay", "replay_cpu"),
     ("CPU per request, user / kernel: the origin answering straight", "origin_cpu"),
 ]
@@ -192,8 +198,8 @@ def derive(r):
     r["ratio_e2e"] = r["fresh"] / r["floor_e2e"]
     r["ratio_e2e_over"] = r["fresh"] / r["floor_e2e_over"]
     if "replay" in r:
-        r["replay_x"] = r["nginx"] / r["replay"]
-        r["origin_x"] = r["nginx"] / r["origin"]
+        r["replay_x"] = r["nginx_replay"] / r["replay"]
+        r["origin_x"] = r["nginx_replay"] / r["origin"]
     return r
 
 

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s PORT SYNCS MODE SYNC_FILE BODY_FILE\n", argv[0]);
     return 2;
   }
+  signal(SIGPIPE, SIG_IGN);  // a connection nginx closed ends its thread, not the origin
   syncs = atoi(argv[2]);
   open_sync_file(argv[3], argv[4]);
   load_response(argv[5]);
