@@ -117,6 +117,17 @@ const std::string* FindHeader(const Headers& headers, std::string_view name) {
   return nullptr;
 }
 
+const std::string* FindHeaderCounted(const Headers& headers, std::string_view name, int* count) {
+  const std::string* first = nullptr;
+  *count = 0;
+  for (const Header& h : headers) {
+    if (!HeaderNameEquals(h.name, name)) continue;
+    if (first == nullptr) first = &h.value;
+    ++*count;
+  }
+  return first;
+}
+
 int CountHeader(const Headers& headers, std::string_view name) {
   int count = 0;
   for (const Header& h : headers) {

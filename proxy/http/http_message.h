@@ -26,6 +26,9 @@ bool HeaderNameEquals(std::string_view a, std::string_view b);
 // The first header with this name, or nullptr.
 const std::string* FindHeader(const Headers& headers, std::string_view name);
 int CountHeader(const Headers& headers, std::string_view name);
+// The first header with this name (nullptr when none), and in `count` how many there are: one
+// pass where FindHeader and CountHeader take two.
+const std::string* FindHeaderCounted(const Headers& headers, std::string_view name, int* count);
 
 // The standard reason phrase for a status ("Created"), or "Unknown" when there is none.
 std::string_view StandardReasonPhrase(int status);

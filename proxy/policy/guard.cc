@@ -238,7 +238,7 @@ bool IsGuardedRoute(const Config& config, const Request& request) {
     if (m == request.method) method_listed = true;
   }
   if (!method_listed) return false;
-  if (CountHeader(request.headers, config.idempotency.header) > 0) return true;
+  if (FindHeader(request.headers, config.idempotency.header) != nullptr) return true;
   return MatchesRequireKey(config, request.target);
 }
 
@@ -350,15 +350,14 @@ ScopeId HashScope(std::string_view input, std::string_view secret) {
   return out;
 }
 
-}  // namespace
-
-ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential,
-                       std::string_view secret) {
+// The scope of a credential already normalized (NormalizeCredential).
+ScopeId ScopeOfNormalized(std::string_view header_name, std::string_view normalized,
+                          std::string_view secret) {
   // Domain separation: the lower-cased header name and a NUL (never in a header name) come
   // first, so the same bytes in two different credential headers are two different scopes.
   std::string input = Lower(header_name);
   input.push_back('\0');
-  input.append(NormalizeCredential(header_name, credential));
+  input.append(normalized);
   thread_local ScopeMemo memo;
   for (const ScopeMemo::Entry& e : memo.entries) {
     if (e.input == input && e.secret == secret) return e.scope;
@@ -369,6 +368,13 @@ ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential
   slot.secret.assign(secret);
   slot.input = std::move(input);
   return slot.scope;
+}
+
+}  // namespace
+
+ScopeId ComputeScopeId(std::string_view header_name, std::string_view credential,
+                       std::string_view secret) {
+  return ScopeOfNormalized(header_name, NormalizeCredential(header_name, credential), secret);
 }
 
 Fingerprint ComputeFingerprint(const Request& request,
@@ -447,13 +453,13 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   const std::string& key_header = config.idempotency.header;
 
   // S3: the credential before anything about the key.
-  int credentials = CountHeader(request.headers, scope_header);
+  int credentials = 0;
+  const std::string* credential = FindHeaderCounted(request.headers, scope_header, &credentials);
   if (credentials > 1) {
     return Reject(ErrorCode::kBadRequest, "The " + scope_header + " header was given " +
                                               std::to_string(credentials) +
                                               " times; give it once.");
   }
-  const std::string* credential = FindHeader(request.headers, scope_header);
   std::string normalized =
       credential == nullptr ? std::string() : NormalizeCredential(scope_header, *credential);
   if (credential != nullptr && (normalized.empty() || IsBareScheme(scope_header, normalized))) {
@@ -472,7 +478,8 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
   }
 
   // K1-K2: present where required, then well-formed and given once.
-  int keys = CountHeader(request.headers, key_header);
+  int keys = 0;
+  const std::string* key = FindHeaderCounted(request.headers, key_header, &keys);
   if (keys == 0) {
     return Reject(ErrorCode::kIdempotencyKeyMissing,
                   "This endpoint requires an " + key_header + " header.");
@@ -483,14 +490,14 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request) {
                   "The " + key_header + " header was given " + std::to_string(keys) +
                       " times; give it once.");
   }
-  if (!ParseIdempotencyKey(*FindHeader(request.headers, key_header), &d.key)) {
+  if (!ParseIdempotencyKey(*key, &d.key)) {
     return Reject(ErrorCode::kIdempotencyKeyInvalid,
                   "The " + key_header +
                       " must be 1 to 255 visible ASCII characters, optionally as a quoted "
                       "string.");
   }
   d.kind = GuardKind::kGuarded;
-  d.scope = ComputeScopeId(scope_header, *credential, config.scope.secret);
+  d.scope = ScopeOfNormalized(scope_header, normalized, config.scope.secret);
   d.fingerprint =
       ComputeFingerprint(request, config.idempotency.fingerprint_headers, config.route_host);
   if (config.store.encryption.enabled) {

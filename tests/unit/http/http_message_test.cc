@@ -17,6 +17,15 @@ TEST(HttpMessage, HeaderHelpers) {
   EXPECT_EQ(*FindHeader(h, "X-Key"), "1");
   EXPECT_EQ(FindHeader(h, "Missing"), nullptr);
   EXPECT_EQ(CountHeader(h, "x-KEY"), 2);
+  int count = -1;
+  const std::string* first = FindHeaderCounted(h, "X-Key", &count);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(*first, "1");  // the first of the two, as FindHeader
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(FindHeaderCounted(h, "Missing", &count), nullptr);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(*FindHeaderCounted(h, "host", &count), "a");
+  EXPECT_EQ(count, 1);
 }
 
 TEST(HttpMessage, HopByHop) {
