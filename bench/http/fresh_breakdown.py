@@ -23,11 +23,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import types
 import urllib.request
 
 import benchlib as B
 import http_bench as H
 
+REPLAY_KEYS = 1000  # keys completed before the rounds, which the replays cycle through
 SERIES = {
     "request": ("idemgate_request_duration_seconds", 'outcome="fresh"'),
     "claim": ("idemgate_store_operation_duration_seconds", 'op="claim"'),
@@ -100,7 +102,7 @@ def start_synced_origins(procs, tmp, proxy_vals):
     return ports
 
 
-def wrk_ms(port, mode, prefix, args, nkeys=1000):
+def wrk_ms(port, mode, prefix, args, nkeys=REPLAY_KEYS):
     """One wrk run at one connection, every answer a 2xx: (ms per request, requests)."""
     r = B.run_wrk(port, mode, prefix, args.duration, 1, 1, nkeys)
     errors = sum(r[k] for k in ("status_errors", "connect", "read", "write", "timeout"))
@@ -112,33 +114,37 @@ def timed_wrk(pids, port, args):
     """The replay request at one connection: (ms per request, user us, kernel us per request of
     pids). utime and stime are sampled at the scheduler's tick: roughly +-10% over a run."""
     u0, s0 = B.user_sys_seconds(pids)
-    ms, n = wrk_ms(port, "replay", "r", args, REPLAY_KEYS)
+    ms, n = wrk_ms(port, "replay", "r", args)
     u1, s1 = B.user_sys_seconds(pids)
     return ms, (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
 
 
-def replay_round(args, nginx_port, port, pid, up_port):
+def replay_round(args, env):
     """The replay request (Authorization, Idempotency-Key) through nginx, through the gateway
     and straight to the origin: ms per request, and the user and kernel CPU per request of the
     gateway and of the origin."""
-    r = {"nginx_replay": wrk_ms(nginx_port, "replay", "r", args, REPLAY_KEYS)[0]}
-    r["replay"], r["replay_user"], r["replay_sys"] = timed_wrk([pid], port, args)
-    r["origin"], r["origin_user"], r["origin_sys"] = timed_wrk(args.origin_pids(), up_port, args)
+    r = {"nginx_replay": wrk_ms(env.nginx_port, "replay", "r", args)[0]}
+    r["replay"], r["replay_user"], r["replay_sys"] = timed_wrk([env.pid], env.port, args)
+    r["origin"], r["origin_user"], r["origin_sys"] = timed_wrk(B.children(env.origin_pid),
+                                                               env.up_port, args)
     return r
 
 
-def one_round(args, nginx_port, synced_ports, port, admin, pid, store, idx):
-    nginx_ms = wrk_ms(nginx_port, "passthrough", "p", args)[0]
-    synced = {name: wrk_ms(p, "passthrough", "p", args)[0] for name, p in synced_ports.items()}
-    probe = B.fdatasync_probe(store, 200)
-    before, cpu0 = scrape(admin), B.thread_group_run_seconds(pid)
-    fresh_ms = wrk_ms(port, "fresh", "f%d" % idx, args)[0]
-    after, cpu1 = scrape(admin), B.thread_group_run_seconds(pid)
+def one_round(args, env, idx):
+    """env: what main started (the ports of nginx, the synced origins' proxies, the gateway, its
+    admin and the origin; the gateway's and the origin's pids; the store's directory)."""
+    nginx_ms = wrk_ms(env.nginx_port, "passthrough", "p", args)[0]
+    synced = {name: wrk_ms(p, "passthrough", "p", args)[0]
+              for name, p in env.synced_ports.items()}
+    probe = B.fdatasync_probe(env.store, 200)
+    before, cpu0 = scrape(env.admin), B.thread_group_run_seconds(env.pid)
+    fresh_ms = wrk_ms(env.port, "fresh", "f%d" % idx, args)[0]
+    after, cpu1 = scrape(env.admin), B.thread_group_run_seconds(env.pid)
     r = {"nginx": nginx_ms, "fresh": fresh_ms, "fdatasync": probe[0],
          "synced0": synced["none"], "floor_e2e": synced["append"],
          "floor_e2e_over": synced["overwrite"]}
     if args.replay:
-        r.update(replay_round(args, nginx_port, port, pid, args.up_port))
+        r.update(replay_round(args, env))
     for name in SERIES:
         r[name], r[name + "_n"] = mean_ms(before, after, name)
     n = r["request_n"] or 1
@@ -172,7 +178,6 @@ ROWS = [
     ("CPU per fresh request: workers / store thread", "cpu"),
 ]
 
-REPLAY_KEYS = 1000
 REPLAY_ROWS = [
     ("the replay request through nginx (1 / req/s)", "nginx_replay"),
     ("a replay through the gateway (1 / req/s)", "replay"),
@@ -237,14 +242,14 @@ def main(argv):
         synced_ports = start_synced_origins(
             procs, tmp, {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp})
         port, admin, p, store = start_gateway(procs, args, tmp, up_port)
+        env = types.SimpleNamespace(nginx_port=px.ports[0], synced_ports=synced_ports, port=port,
+                                    admin=admin, pid=p.pid, store=store, up_port=up_port,
+                                    origin_pid=origin.pid)
         B.run_wrk(port, "fresh", "warm", 2, 1, 1)
-        args.up_port = up_port
-        args.origin_pids = lambda: B.children(origin.pid)
         if args.replay:
             counts = B.preload_replay(port, REPLAY_KEYS)
             H.check(counts == {201: REPLAY_KEYS}, "replay preload: %s" % counts)
-        results = [derive(one_round(args, px.ports[0], synced_ports, port, admin, p.pid, store, i))
-                   for i in range(args.rounds)]
+        results = [derive(one_round(args, env, i)) for i in range(args.rounds)]
         print("load %s; %d rounds of %d s, wrk -t1 -c1" % (B.loadavg(), args.rounds,
                                                           args.duration))
         report(results)

@@ -130,9 +130,7 @@ const std::string* FindHeaderCounted(const Headers& headers, std::string_view na
 
 int CountHeader(const Headers& headers, std::string_view name) {
   int count = 0;
-  for (const Header& h : headers) {
-    if (HeaderNameEquals(h.name, name)) ++count;
-  }
+  FindHeaderCounted(headers, name, &count);
   return count;
 }
 
