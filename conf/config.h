@@ -139,6 +139,10 @@ struct Config {
 
   struct Server {
     int workers = 0;  // 0 = the number of cores
+    // How long a worker keeps polling its sockets without sleeping after its last event
+    // ("0s" = it sleeps at once); busy_poll_us is derived from it.
+    std::string busy_poll = "0s";
+    int64_t busy_poll_us = 0;
     int64_t shutdown_grace_ms = 10'000;
     // The Unix socket a new process takes the listeners over through (proxy/handover.h):
     // "" = next to the store (or the runtime directory), "off" = none.
@@ -195,6 +199,8 @@ ConfigResult LoadConfig(const std::string& path);
 
 // "250ms", "30s", "5m", "24h", "1d" -> milliseconds. nullopt when malformed.
 std::optional<int64_t> ParseDurationMs(std::string_view text);
+// "200us", "1ms", "0s" -> microseconds; nullopt for any other unit or an overflow.
+std::optional<int64_t> ParseDurationUs(std::string_view text);
 // "512", "64KiB", "1MiB", "2GiB", "10KB", "1MB" -> bytes. nullopt when malformed.
 std::optional<uint64_t> ParseSize(std::string_view text);
 

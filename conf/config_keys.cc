@@ -226,6 +226,18 @@ void CheckEncryptionKeys(const Context& ctx, const SectionReader& r, bool, Confi
   }
 }
 
+// busy_poll: "200us", "1ms"; at most 1s ("0s" = off).
+void CheckBusyPoll(const Context&, const SectionReader& r, bool, Config* c) {
+  const std::string& text = c->server.busy_poll;
+  const std::optional<int64_t> us = ParseDurationUs(text);
+  if (!us) {
+    r.Fail("busy_poll", "bad duration \"" + text +
+                            "\": expected a whole number and a unit (us, ms, s), like \"200us\"");
+  }
+  if (*us > 1'000'000) r.Fail("busy_poll", "must be at most 1s, got \"" + text + "\"");
+  c->server.busy_poll_us = *us;
+}
+
 void CheckAdminAddress(const Context&, const SectionReader& r, bool, Config* c) {
   if (c->admin.address.empty()) return;
   std::string why;
@@ -411,6 +423,9 @@ const KeySpec kKeys[] = {
 
     {"server", "workers", Kind::kInt, kRestart, FIELD(server.workers), 0, 64, nullptr,
      "Worker event-loop threads: 0 = one per CPU core, otherwise 1 to 64."},
+    {"server", "busy_poll", Kind::kString, kRestart, FIELD(server.busy_poll), 0, 0, CheckBusyPoll,
+     "How long a worker keeps polling without sleeping after its last event (\"200us\", at most "
+     "1s; \"0s\" = off): lower latency where waking an idle CPU is slow, a busy CPU meanwhile."},
     {"server", "shutdown_grace", Kind::kDuration, kLive, FIELD(server.shutdown_grace_ms), 0, kHour,
      nullptr,
      "On SIGTERM/SIGINT, how long in-flight requests may run before the gateway exits (at "
@@ -437,6 +452,7 @@ const DerivedField kDerived[] = {
     {"", FIELD(upstream.tls)},
     {"", FIELD(upstream.addrs)},
     {"", FIELD(admin.addr)},
+    {"", FIELD(server.busy_poll_us)},
     {"listen.certificates (the certificate and key files)", FIELD(listen.certificate_files)},
     // The file may be rewritten in place: its bytes change the scope ids as much as its path.
     {"scope.secret (file contents)", FIELD(scope.secret)},

@@ -75,15 +75,15 @@ bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
          conf::ToLowerAscii(text.substr(0, prefix.size())) == prefix;
 }
 
-}  // namespace
-
-std::optional<int64_t> ParseDurationMs(std::string_view text) {
-  static constexpr std::array<std::pair<std::string_view, int64_t>, 5> kUnits = {
-      {{"ms", 1}, {"s", 1'000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}}};
+// A whole number followed by one of `units` -> the number times the unit's factor; nullopt for
+// another unit or an int64 overflow.
+template <size_t N>
+std::optional<int64_t> ParseAmountWithUnit(
+    std::string_view text, const std::array<std::pair<std::string_view, int64_t>, N>& units) {
   std::string_view unit;
   auto amount = LeadingInteger(text, std::numeric_limits<int64_t>::max(), &unit);
   if (!amount) return std::nullopt;
-  for (const auto& [name, factor] : kUnits) {
+  for (const auto& [name, factor] : units) {
     if (unit != name) continue;
     if (*amount > static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / factor)) {
       return std::nullopt;
@@ -91,6 +91,20 @@ std::optional<int64_t> ParseDurationMs(std::string_view text) {
     return static_cast<int64_t>(*amount) * factor;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseDurationMs(std::string_view text) {
+  static constexpr std::array<std::pair<std::string_view, int64_t>, 5> kUnits = {
+      {{"ms", 1}, {"s", 1'000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}}};
+  return ParseAmountWithUnit(text, kUnits);
+}
+
+std::optional<int64_t> ParseDurationUs(std::string_view text) {
+  static constexpr std::array<std::pair<std::string_view, int64_t>, 3> kUnits = {
+      {{"us", 1}, {"ms", 1'000}, {"s", 1'000'000}}};
+  return ParseAmountWithUnit(text, kUnits);
 }
 
 std::optional<uint64_t> ParseSize(std::string_view text) {

@@ -20,6 +20,7 @@
 #include "proxy/conn/client_conn.h"
 #include "proxy/exchange/exchange.h"
 #include "proxy/exchange/report.h"
+#include "proxy/net/event_loop.h"
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/metrics.h"
 
@@ -255,9 +256,10 @@ bool Worker::AdmitConnection() {
 }
 
 void Worker::Start() {
-  thread_ = std::thread([this] {
+  const int64_t busy_poll_us = gateway_->Snapshot()->server.busy_poll_us;  // restart-only
+  thread_ = std::thread([this, busy_poll_us] {
     loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
+    RunEventLoop(base_.get(), busy_poll_us);
   });
   NameThread(thread_, "idg-worker-" + std::to_string(index_));
 }

@@ -15,6 +15,7 @@ FRESH_P99_FACTOR = 2.0  # fresh p99 within 2x nginx's
 FRESH_CPU_FACTOR = 2.5  # logs off: fresh CPU/req <= 2.5x passthrough's
 LABELS = {"idemgate": "workers=1, RocksDB", "idemgate-w2": "workers=2, RocksDB",
           "idemgate-cmp": "workers=1, RocksDB, --compare-bin",
+          "idemgate-busypoll": "workers=1, RocksDB, server.busy_poll (--busy-poll)",
           "idemgate-nosync": "workers=1, RocksDB, store.sync = false: the limit without the disk",
           "idemgate-secret": "workers=1, RocksDB, scope.secret_file",
           "idemgate-sealed": "workers=1, RocksDB, scope.secret_file and [store.encryption]",

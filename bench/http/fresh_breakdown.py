@@ -14,8 +14,10 @@
 # --replay adds, in the same rounds, replays through the gateway and requests straight to the
 # origin: an answer from memory with no proxy hop, the most a replay can gain over nginx's
 # request at one connection.
+# --busy-poll DURATION adds a second gateway with server.busy_poll = DURATION, measured in the
+# same rounds: its fresh requests against the same floors, and its replays with --replay.
 # Usage: python3 bench/http/fresh_breakdown.py --bin build/idemgate [--rounds 5] [--duration 5]
-#   [--replay]
+#   [--replay] [--busy-poll 400us]
 import argparse
 import os
 import re
@@ -60,11 +62,12 @@ def mean_ms(before, after, name):
     return (s / n * 1e3 if n else 0.0), n
 
 
-def start_gateway(procs, args, tmp, up_port):
-    """idemgate (workers = 1, synced store) with its admin port on; (port, admin, proc, store)."""
+def start_gateway(procs, args, tmp, up_port, name="idemgate", busy_poll=""):
+    """idemgate (workers = 1, synced store) with its admin port on, and server.busy_poll when
+    given; (port, admin, proc, store)."""
     port, admin = B.free_ports(2)
-    store = os.path.join(tmp, "store")
-    conf = B.render("idemgate.toml", os.path.join(tmp, "idemgate.toml"),
+    store = os.path.join(tmp, "store-" + name)
+    conf = B.render("idemgate.toml", os.path.join(tmp, name + ".toml"),
                     {"PORT": port, "UPSTREAM_PORT": up_port, "STORE": store, "WORKERS": 1,
                      "SYNC": "true", "ACCESS": "off"})
     with open(conf) as f:
@@ -72,7 +75,9 @@ def start_gateway(procs, args, tmp, up_port):
     H.check('[admin]\naddress = ""' in text, "the template's [admin] table changed")
     with open(conf, "w") as f:
         f.write(text.replace('[admin]\naddress = ""', '[admin]\naddress = "127.0.0.1:%d"' % admin))
-    out = os.path.join(tmp, "idemgate.out")
+    if busy_poll:
+        H.set_busy_poll(conf, busy_poll)
+    out = os.path.join(tmp, name + ".out")
     p = procs.start([args.bin, "--config", conf], out)
     B.wait_line(out, "listening on", p)
     B.wait_port(admin, p)
@@ -145,6 +150,10 @@ def one_round(args, env, idx):
          "floor_e2e_over": synced["overwrite"]}
     if args.replay:
         r.update(replay_round(args, env))
+    if env.busy_port:
+        r["busy_fresh"] = wrk_ms(env.busy_port, "fresh", "bf%d" % idx, args)[0]
+        if args.replay:
+            r["busy_replay"] = wrk_ms(env.busy_port, "replay", "r", args)[0]
     for name in SERIES:
         r[name], r[name + "_n"] = mean_ms(before, after, name)
     n = r["request_n"] or 1
@@ -188,6 +197,18 @@ REPLAY_ROWS = [
     ("CPU per request, user / kernel: the origin answering straight", "origin_cpu"),
 ]
 
+BUSY_ROWS = [
+    ("a fresh request through a gateway with server.busy_poll (1 / req/s)", "busy_fresh"),
+    ("  / the floor", "busy_ratio"),
+    ("  / the floor end to end", "busy_ratio_e2e"),
+]
+BUSY_REPLAY_ROWS = [
+    ("a replay through the gateway with server.busy_poll (1 / req/s)", "busy_replay"),
+    ("  x nginx (req/s, the median of the rounds' ratios)", "busy_replay_x"),
+]
+RATIOS = ("ratio", "e2e_over_sum", "ratio_e2e", "ratio_e2e_over", "replay_x", "origin_x",
+          "busy_ratio", "busy_ratio_e2e", "busy_replay_x")
+
 
 def derive(r):
     # The write histogram is per group commit: it is the claim's and the completion's only while
@@ -205,6 +226,11 @@ def derive(r):
     if "replay" in r:
         r["replay_x"] = r["nginx_replay"] / r["replay"]
         r["origin_x"] = r["nginx_replay"] / r["origin"]
+    if "busy_fresh" in r:
+        r["busy_ratio"] = r["busy_fresh"] / r["floor"]
+        r["busy_ratio_e2e"] = r["busy_fresh"] / r["floor_e2e"]
+    if "busy_replay" in r:
+        r["busy_replay_x"] = r["nginx_replay"] / r["busy_replay"]
     return r
 
 
@@ -212,14 +238,16 @@ def report(results):
     med = {k: statistics.median(r[k] for r in results) for k in results[0]}
     print("| per request, median of %d rounds | ms |" % len(results))
     print("|---|---:|")
-    for label, key in ROWS + (REPLAY_ROWS if "replay" in med else []):
+    rows = ROWS + (REPLAY_ROWS if "replay" in med else [])
+    rows += (BUSY_ROWS if "busy_fresh" in med else []) + (
+        BUSY_REPLAY_ROWS if "busy_replay" in med else [])
+    for label, key in rows:
         if key == "cpu":
             value = "%.0f / %.0f us" % (med["cpu_workers"] * 1e3, med["cpu_store"] * 1e3)
         elif key in ("replay_cpu", "origin_cpu"):
             who = key[:-4]
             value = "%.1f / %.1f us" % (med[who + "_user"], med[who + "_sys"])
-        elif key in ("ratio", "e2e_over_sum", "ratio_e2e", "ratio_e2e_over", "replay_x",
-                     "origin_x"):
+        elif key in RATIOS:
             value = "%.2fx" % med[key]
         else:
             value = "%.3f" % med[key]
@@ -233,6 +261,9 @@ def main(argv):
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--replay", action="store_true",
                     help="also replays, and requests straight to the origin (their limit)")
+    ap.add_argument("--busy-poll", default="", metavar="DURATION",
+                    help="also a second gateway with server.busy_poll = DURATION (e.g. 400us): "
+                         "its fresh requests (and replays with --replay) in the same rounds")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="idemgate-freshbd-")
     procs = B.Procs()
@@ -242,13 +273,18 @@ def main(argv):
         synced_ports = start_synced_origins(
             procs, tmp, {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp})
         port, admin, p, store = start_gateway(procs, args, tmp, up_port)
-        env = types.SimpleNamespace(nginx_port=px.ports[0], synced_ports=synced_ports, port=port,
+        busy_port = 0
+        if args.busy_poll:
+            busy_port = start_gateway(procs, args, tmp, up_port, "idemgate-busypoll",
+                                      args.busy_poll)[0]
+        env = types.SimpleNamespace(busy_port=busy_port, nginx_port=px.ports[0], synced_ports=synced_ports, port=port,
                                     admin=admin, pid=p.pid, store=store, up_port=up_port,
                                     origin_pid=origin.pid)
-        B.run_wrk(port, "fresh", "warm", 2, 1, 1)
-        if args.replay:
-            counts = B.preload_replay(port, REPLAY_KEYS)
-            H.check(counts == {201: REPLAY_KEYS}, "replay preload: %s" % counts)
+        for gw in [port] + ([busy_port] if busy_port else []):
+            B.run_wrk(gw, "fresh", "warm", 2, 1, 1)
+            if args.replay:
+                counts = B.preload_replay(gw, REPLAY_KEYS)
+                H.check(counts == {201: REPLAY_KEYS}, "replay preload: %s" % counts)
         results = [derive(one_round(args, env, i)) for i in range(args.rounds)]
         print("load %s; %d rounds of %d s, wrk -t1 -c1" % (B.loadavg(), args.rounds,
                                                           args.duration))

@@ -55,6 +55,9 @@ def parse_args(argv):
                         "(JSON lines) log every request to a file in the temp dir; both: every "
                         "target twice, logs off and on (suffix +log), in the same rounds, and "
                         "what turning the log on costs each (default off)")
+    p.add_argument("--busy-poll", default="", metavar="DURATION",
+                   help="also idemgate-busypoll (workers=1, server.busy_poll = DURATION, e.g. "
+                        "400us) in the same rounds")
     p.add_argument("--nosync-target", action="store_true",
                    help="also idemgate-nosync (workers=1, store.sync = false) in the same rounds: "
                         "the limit without the disk, to show the gap to it")
@@ -135,8 +138,17 @@ def encryption_toml(tmp, sealed):
     return text
 
 
+def set_busy_poll(conf, duration):
+    """Adds server.busy_poll to a config rendered from idemgate.toml (its [server] table)."""
+    with open(conf) as f:
+        text = f.read()
+    check("\n[server]\n" in text, "the template's [server] table changed")
+    with open(conf, "w") as f:
+        f.write(text.replace("\n[server]\n", '\n[server]\nbusy_poll = "%s"\n' % duration, 1))
+
+
 def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg=None,
-                   logged=False, sync=None, extra=""):
+                   logged=False, sync=None, extra="", busy_poll=""):
     port = B.free_ports(1)[0]
     store = os.path.join(tmp, "store-" + name)
     vals = {"PORT": port, "UPSTREAM_PORT": upstream_port, "STORE": store, "WORKERS": workers,
@@ -145,6 +157,8 @@ def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg
         vals.update({"DSN": pg.dsn(), "PG_CONNECTIONS": args.pg_connections})
     conf = B.render("idemgate_pg.toml" if pg else "idemgate.toml",
                     os.path.join(tmp, name + ".toml"), vals)
+    if busy_poll:
+        set_busy_poll(conf, busy_poll)
     if extra:
         with open(conf, "a") as f:
             f.write(extra)
@@ -381,6 +395,10 @@ def main(argv):
                     targets.append(start_idemgate(
                         procs, args, tmp, ("idemgate-sealed" if sealed else "idemgate-secret") + sfx,
                         up_port, 1, logged=logged, extra=encryption_toml(tmp, sealed))[0])
+            if args.busy_poll:
+                targets.append(start_idemgate(procs, args, tmp, "idemgate-busypoll" + sfx,
+                                              up_port, 1, logged=logged,
+                                              busy_poll=args.busy_poll)[0])
             if args.nosync_target:
                 targets.append(start_idemgate(procs, args, tmp, "idemgate-nosync" + sfx, up_port,
                                               1, logged=logged, sync="false")[0])

@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +92,18 @@ inline int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
     if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
   }
   return 0;
+}
+
+// utime + stime of a process, in milliseconds (/proc/PID/stat fields 14 and 15).
+inline int64_t CpuMs(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "(comm) "
+  std::string skip;
+  for (int i = 3; i < 14; ++i) fields >> skip;
+  int64_t utime = 0, stime = 0;
+  fields >> utime >> stime;
+  return (utime + stime) * 1000 / sysconf(_SC_CLK_TCK);
 }
 
 // Runs the gateway binary with `args` to its exit (--version, --check-config, a refused start).

@@ -31,18 +31,6 @@ using h2test::Frame;
 
 constexpr int64_t kRssBound = 64ll << 20;
 
-// utime + stime of a process, in milliseconds (/proc/PID/stat fields 14 and 15).
-int64_t CpuMs(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "(comm) "
-  std::string skip;
-  for (int i = 3; i < 14; ++i) fields >> skip;
-  int64_t utime = 0, stime = 0;
-  fields >> utime >> stime;
-  return (utime + stime) * 1000 / sysconf(_SC_CLK_TCK);
-}
-
 // What the gateway sent on a flooded connection until it closed it.
 struct FloodEnd {
   bool closed = false;  // the gateway closed the connection (EOF, reset or EPIPE)

@@ -69,6 +69,7 @@ void ExpectDefaults(const Config& c) {
   EXPECT_EQ(c.limits.max_unsent_bytes, 256u << 20);
   EXPECT_EQ(c.limits.http2_max_streams, 100);
   EXPECT_EQ(c.server.workers, 0);
+  EXPECT_EQ(c.server.busy_poll_us, 0);
   EXPECT_EQ(c.server.shutdown_grace_ms, 10'000);
   EXPECT_EQ(c.admin.address, "127.0.0.1:9901");
   EXPECT_EQ(c.admin.addr.host, "127.0.0.1");
@@ -139,6 +140,7 @@ TEST(ShippedFiles, IdemgateTomlDocumentsEveryKey) {
                                          "limits.max_waiters",
                                          "limits.http2_max_streams",
                                          "server.workers",
+                                         "server.busy_poll",
                                          "server.shutdown_grace",
                                          "server.handover_socket",
                                          "admin.address",
@@ -252,6 +254,7 @@ client_timeout = "3s"
 idle_timeout = "5m"
 [server]
 workers = 4
+busy_poll = "250us"
 shutdown_grace = "1500ms"
 [admin]
 address = "127.0.0.1:0"
@@ -293,6 +296,7 @@ access = "/var/log/idemgate/access.log"
   EXPECT_EQ(c.limits.client_timeout_ms, 3'000);
   EXPECT_EQ(c.limits.idle_timeout_ms, 300'000);
   EXPECT_EQ(c.server.workers, 4);
+  EXPECT_EQ(c.server.busy_poll_us, 250);
   EXPECT_EQ(c.server.shutdown_grace_ms, 1'500);
   EXPECT_EQ(c.admin.addr.port, 0);
   EXPECT_EQ(c.admin.token, "admin-token");

@@ -96,6 +96,12 @@ TEST(ConfigErrors, BadDurations) {
                 "must be longer than 0");
   ExpectRefused("[idempotency]\nttl = \"99999999999999999d\"\n", 2, "idempotency.ttl",
                 "bad duration");
+  ExpectRefused("[server]\nbusy_poll = \"200\"\n", 2, "server.busy_poll",
+                "bad duration \"200\": expected a whole number and a unit (us, ms, s)");
+  ExpectRefused("[server]\nbusy_poll = \"1m\"\n", 2, "server.busy_poll", "bad duration \"1m\"");
+  ExpectRefused("[server]\nbusy_poll = \"1001ms\"\n", 2, "server.busy_poll",
+                "must be at most 1s, got \"1001ms\"");
+  ExpectRefused("[server]\nbusy_poll = 200\n", 2, "server.busy_poll", "expected a string");
 }
 
 // Issue 10 #11: a duration or size near the integer limits is refused with its bound, never

@@ -54,6 +54,22 @@ TEST(ParseDurationMs, Table) {
   EXPECT_EQ(ParseDurationMs("106751991167d"), 106751991167LL * 86'400'000LL);
 }
 
+TEST(ParseDurationUs, Table) {
+  const DurationCase cases[] = {
+      {"200us", 200},         {"0s", 0},
+      {"0us", 0},             {"1ms", 1'000},
+      {"1s", 1'000'000},      {"9223372036854775807us", std::numeric_limits<int64_t>::max()},
+      {"9223372036855s", std::nullopt},  // overflows
+      {"200", std::nullopt},  {"1m", std::nullopt},
+      {"1h", std::nullopt},   {"200 us", std::nullopt},
+      {"1.5ms", std::nullopt}, {"-1us", std::nullopt},
+      {"200µs", std::nullopt}, {"", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(ParseDurationUs(c.text), c.ms) << "input: \"" << c.text << "\"";
+  }
+}
+
 struct SizeCase {
   const char* text;
   std::optional<uint64_t> bytes;
