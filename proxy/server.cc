@@ -4,6 +4,7 @@
 #include "proxy/server.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -214,6 +215,7 @@ bool Server::StartAdmin(const Config& config, std::string* error) {
 bool Server::StartWorkers(const Config& config, std::string* error) {
   int count = WorkerCount(config);
   CheckOpenFileLimit(config);
+  CheckBusyPollCpus(config, count);
   uint16_t port = config.listen.addr.port;
   // Taken over: worker i accepts from sockets i, i + count, ...; a worker left without one
   // binds its own, which joins the same SO_REUSEPORT group.
@@ -249,6 +251,22 @@ std::string Server::DescribeUpstream(const Config::Upstream& upstream) {
   std::string out;
   for (const std::string& server : upstream.servers) out += (out.empty() ? "" : ", ") + server;
   return out + " (" + upstream.balance + ")";
+}
+
+// A worker that busy-polls holds its CPU while it polls: with one on every CPU the store thread,
+// the upstream and the clients wait for one.
+void Server::CheckBusyPollCpus(const Config& config, int workers) {
+  if (config.server.busy_poll_us <= 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  const int cpus = CPU_COUNT(&set);
+  if (workers < cpus) return;
+  LogF(LogLevel::kWarn, "main",
+       "server.busy_poll (%s) with %d workers on %d CPUs: each worker holds a CPU while it "
+       "polls, leaving none for the store thread, the upstream or the clients; set "
+       "server.workers below the number of CPUs",
+       config.server.busy_poll.c_str(), workers, cpus);
 }
 
 void Server::CheckOpenFileLimit(const Config& config) {

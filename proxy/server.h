@@ -80,6 +80,7 @@ class Server {
   // raise the soft open-file limit towards that (up to the hard limit), and say so when the
   // limit stays lower (accept() then fails at the limit and the workers pause accepting).
   static void CheckOpenFileLimit(const Config& config);
+  static void CheckBusyPollCpus(const Config& config, int workers);
 
   // SIGHUP: reopen the access log at its path (after logrotate renamed the old file), and
   // reload the config file: live keys apply to new exchanges; a broken file changes nothing.

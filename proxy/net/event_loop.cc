@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "common/log.h"
+
 namespace idemgate {
 namespace {
 
@@ -14,6 +16,15 @@ bool Stopped(event_base* base) {
 // events, cleared on each read.
 bool HadEvents(event_base* base) {
   return event_base_get_max_events(base, EVENT_BASE_COUNT_ACTIVE, /*clear=*/1) > 0;
+}
+
+// One pass of the loop; false when the backend failed (epoll_wait other than EINTR: libevent
+// has logged it), which ends the loop as it ends event_base_loop without busy polling, instead
+// of retrying at full speed.
+bool Pass(event_base* base, int flags) {
+  if (event_base_loop(base, flags | EVLOOP_NO_EXIT_ON_EMPTY) >= 0) return true;
+  LogF(LogLevel::kError, "worker", "the event loop failed; the worker stops");
+  return false;
 }
 
 }  // namespace
@@ -28,11 +39,11 @@ void RunEventLoop(event_base* base, int64_t busy_poll_us) {
   // Each event_base_loop call starts by clearing the exit and break flags, so they are read
   // after every call, before the next.
   while (!Stopped(base)) {
-    event_base_loop(base, EVLOOP_ONCE | EVLOOP_NO_EXIT_ON_EMPTY);  // sleeps until an event
+    if (!Pass(base, EVLOOP_ONCE)) return;  // sleeps until an event
     HadEvents(base);
     Clock::time_point last = Clock::now();
     while (!Stopped(base)) {
-      event_base_loop(base, EVLOOP_NONBLOCK | EVLOOP_NO_EXIT_ON_EMPTY);  // epoll_wait(0)
+      if (!Pass(base, EVLOOP_NONBLOCK)) return;  // epoll_wait(0)
       const Clock::time_point now = Clock::now();
       if (HadEvents(base)) {
         last = now;

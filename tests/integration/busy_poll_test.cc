@@ -3,8 +3,11 @@
 // events, the gateway answers as it does without (fresh keys executed once, replays byte for
 // byte, a duplicate sent while its first attempt runs waits for its answer, passthrough), drains
 // and exits on SIGTERM, and goes back to sleep once its clients stop: an idle gateway's CPU time
-// stops growing. With a window of a second, it keeps polling after a request (the key reaches
-// the workers).
+// stops growing. Requests closer together than the window keep a worker polling (the key
+// reaches the workers), and a polling worker on every CPU is warned about at start-up.
+#include <sched.h>
+
+#include <atomic>
 #include <thread>
 
 #include "tests/integration/gateway_fixture.h"
@@ -70,23 +73,66 @@ TEST_F(BusyPollTest, AnIdleGatewaySleeps) {
   EXPECT_LT(CpuMs(gateway_.pid()) - before, 250) << "the workers kept polling while idle";
 }
 
-TEST_F(BusyPollTest, AWorkerPollsThroughItsWindow) {
-  Set("server", "busy_poll", "\"1s\"");
+// Requests 3 ms apart on one connection, each well inside the 10 ms window: the worker that
+// serves them never sleeps. Without busy polling the ~130 passthrough requests would take a few
+// milliseconds of CPU; polling through the whole stream, the worker takes most of a CPU.
+TEST_F(BusyPollTest, AWorkerPollsThroughTheGapsBetweenRequests) {
+  Set("server", "busy_poll", "\"10ms\"");
   RestartGateway();
-  ASSERT_EQ(Post("bp-window", "{}").status, 201);
+  TestClient client(port_);
   const int64_t before = CpuMs(gateway_.pid());
-  std::this_thread::sleep_for(300ms);
-  // One worker polling for the second after its last event holds a CPU: even sharing it with
-  // the rest of a loaded machine, it takes far more than a sleeping gateway's ~0 ms.
-  EXPECT_GT(CpuMs(gateway_.pid()) - before, 50) << "busy_poll did not reach the workers";
+  const auto end = std::chrono::steady_clock::now() + 400ms;
+  while (std::chrono::steady_clock::now() < end) {
+    ASSERT_EQ(client.Request("GET", "/v1/payment_intents/pi_1", kMerchant).status, 201);
+    std::this_thread::sleep_for(3ms);
+  }
+  EXPECT_GT(CpuMs(gateway_.pid()) - before, 100) << "busy_poll did not reach the workers";
 }
 
-TEST_F(BusyPollTest, DrainsAndExitsOnSigterm) {
-  ASSERT_EQ(Post("bp-term", "{}").status, 201);
+// SIGTERM while a worker polls between a client's requests: it drains and exits cleanly.
+TEST_F(BusyPollTest, DrainsAndExitsOnSigtermWhilePolling) {
+  Set("server", "busy_poll", "\"10ms\"");
+  RestartGateway();
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::thread traffic([&] {
+    TestClient client(port_);
+    while (!stop && client.Request("GET", "/v1/payment_intents/pi_1", kMerchant).status == 201) {
+      ++answered;
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (answered < 20 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GE(answered.load(), 20);
   gateway_.Kill(SIGTERM);
   std::optional<ExitStatus> status = gateway_.Wait();
+  stop = true;
+  traffic.join();
   ASSERT_TRUE(status.has_value());
   EXPECT_TRUE(status->exited() && status->code() == 0) << status->ToString() << gateway_.log();
+}
+
+// With a polling worker on every CPU nothing is left for the store thread, the upstream or the
+// clients: the gateway says so at start-up, and not with fewer workers than CPUs.
+TEST_F(BusyPollTest, StartUpWarnsWhenEveryCpuHasAPollingWorker) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  const std::string warning = "server.busy_poll (2ms) with " + std::to_string(cpus) +
+                              " workers on " + std::to_string(cpus) + " CPUs";
+  Set("server", "workers", std::to_string(cpus));
+  RestartGateway();
+  ASSERT_EQ(Post("bp-warn", "{}").status, 201);
+  EXPECT_NE(gateway_.log().find(warning), std::string::npos) << gateway_.log();
+  if (cpus < 2) return;
+  Set("server", "workers", std::to_string(cpus - 1));
+  RestartGateway();
+  ASSERT_EQ(Post("bp-nowarn", "{}").status, 201);
+  EXPECT_EQ(gateway_.log().find("server.busy_poll ("), std::string::npos) << gateway_.log();
 }
 
 }  // namespace
