@@ -2,8 +2,9 @@
 // The configuration's keys, each declared once: its section and name, its type and bounds, its
 // doc line (the comment above it in packaging/idemgate.toml), and whether SIGHUP applies it (the
 // reload plan, proxy/reload.cc, is derived from this table). Its default is the initializer of
-// its Config field (conf/config.h). To add a key: a Config field, one row in config_keys.cc,
-// and the same doc line and default in packaging/idemgate.toml (a test compares them).
+// its Config field (conf/config.h). To add a key: a Config field, one row in config_keys.cc (a
+// check of its own, if it needs one, in config_checks.cc), and the same doc line and default in
+// packaging/idemgate.toml (a test compares them).
 #pragma once
 
 #include <cstdint>
