@@ -31,7 +31,7 @@ bool Pass(event_base* base, int flags) {
 
 void RunEventLoop(event_base* base, int64_t busy_poll_us) {
   if (busy_poll_us <= 0) {
-    event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY);
+    Pass(base, 0);  // runs until loopexit or loopbreak
     return;
   }
   using Clock = std::chrono::steady_clock;
