@@ -140,8 +140,7 @@ struct Config {
   struct Server {
     int workers = 0;  // 0 = the number of cores
     // How long a worker keeps polling its sockets without sleeping after its last event
-    // ("0s" = it sleeps at once); busy_poll_us is derived from it.
-    std::string busy_poll = "0s";
+    // (0 = it sleeps at once).
     int64_t busy_poll_us = 0;
     int64_t shutdown_grace_ms = 10'000;
     // The Unix socket a new process takes the listeners over through (proxy/handover.h):

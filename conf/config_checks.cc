@@ -216,19 +216,6 @@ void CheckEncryptionKeys(const Context& ctx, const SectionReader& r, bool, Confi
   }
 }
 
-// busy_poll: "200us", "1ms"; at most 10ms ("0s" = off). Longer buys nothing a request waits for
-// and keeps a CPU busy through every timer that fires within it.
-void CheckBusyPoll(const Context&, const SectionReader& r, bool, Config* c) {
-  const std::string& text = c->server.busy_poll;
-  const std::optional<int64_t> us = ParseDurationUs(text);
-  if (!us) {
-    r.Fail("busy_poll", "bad duration \"" + text +
-                            "\": expected a whole number and a unit (us, ms, s), like \"200us\"");
-  }
-  if (*us > 10'000) r.Fail("busy_poll", "must be at most 10ms, got \"" + text + "\"");
-  c->server.busy_poll_us = *us;
-}
-
 void CheckAdminAddress(const Context&, const SectionReader& r, bool, Config* c) {
   if (c->admin.address.empty()) return;
   std::string why;

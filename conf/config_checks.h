@@ -26,7 +26,6 @@ void CheckStorePath(const Context& ctx, const SectionReader& r, bool present, Co
 void CheckStoreBackend(const Context& ctx, const SectionReader& r, bool present, Config* c);
 void CheckPostgresDsn(const Context& ctx, const SectionReader& r, bool present, Config* c);
 void CheckEncryptionKeys(const Context& ctx, const SectionReader& r, bool present, Config* c);
-void CheckBusyPoll(const Context& ctx, const SectionReader& r, bool present, Config* c);
 void CheckAdminAddress(const Context& ctx, const SectionReader& r, bool present, Config* c);
 void CheckLogAccess(const Context& ctx, const SectionReader& r, bool present, Config* c);
 // scope.secret_file: the file's bytes into scope.secret.

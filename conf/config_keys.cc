@@ -194,7 +194,8 @@ const KeySpec kKeys[] = {
 
     {"server", "workers", Kind::kInt, kRestart, FIELD(server.workers), 0, 64, nullptr,
      "Worker event-loop threads: 0 = one per CPU core, otherwise 1 to 64."},
-    {"server", "busy_poll", Kind::kString, kRestart, FIELD(server.busy_poll), 0, 0, CheckBusyPoll,
+    {"server", "busy_poll", Kind::kDurationUs, kRestart, FIELD(server.busy_poll_us), 0, 10'000,
+     nullptr,
      "How long a worker keeps polling without sleeping after its last event (\"200us\", at most "
      "10ms; \"0s\" = off): lower latency where waking an idle CPU is slow, a busy CPU meanwhile."},
     {"server", "shutdown_grace", Kind::kDuration, kLive, FIELD(server.shutdown_grace_ms), 0, kHour,
@@ -223,7 +224,6 @@ const DerivedField kDerived[] = {
     {"", FIELD(upstream.tls)},
     {"", FIELD(upstream.addrs)},
     {"", FIELD(admin.addr)},
-    {"", FIELD(server.busy_poll_us)},
     {"listen.certificates (the certificate and key files)", FIELD(listen.certificate_files)},
     // The file may be rewritten in place: its bytes change the scope ids as much as its path.
     {"scope.secret (file contents)", FIELD(scope.secret)},
@@ -310,6 +310,9 @@ void ReadKey(const KeySpec& key, const Context& ctx, const SectionReader& r, Con
       present = r.Duration(key.name, std::get<int64_t*>(field), key.max,
                            key.kind == Kind::kDurationOrOff);
       break;
+    case Kind::kDurationUs:
+      present = r.DurationUs(key.name, std::get<int64_t*>(field), key.max);
+      break;
     case Kind::kSize:
       present = r.Size(key.name, std::get<uint64_t*>(field), static_cast<uint64_t>(key.max));
       break;
@@ -359,6 +362,10 @@ std::string FormatDefault(const KeySpec& key) {
     case Kind::kDurationOrOff: {
       const int64_t ms = *std::get<int64_t*>(field);
       return Quoted(ms == 0 ? "0s" : FormatDurationMs(ms));
+    }
+    case Kind::kDurationUs: {
+      const int64_t us = *std::get<int64_t*>(field);
+      return Quoted(us == 0 ? "0s" : FormatDurationUs(us));
     }
     case Kind::kSize:
       return Quoted(FormatSize(*std::get<uint64_t*>(field)));

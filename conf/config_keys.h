@@ -27,6 +27,7 @@ enum class Kind {
   kInt,            // an integer in [min, max]
   kDuration,       // "30s": at most max (milliseconds)
   kDurationOrOff,  // as kDuration, or "0s": off
+  kDurationUs,     // "200us" (us, ms, s), or "0s": off; at most max (microseconds)
   kSize,           // "1MiB" or bytes: at most max
   kStrings,        // an array of strings
   kStringTable,    // a table of strings ({ id = "value" }), in name order
@@ -50,7 +51,7 @@ struct KeySpec {
   Reload reload;
   FieldFn field;
   int64_t min = 0;  // kInt
-  int64_t max = 0;  // kInt, kDuration (ms), kSize (bytes)
+  int64_t max = 0;  // kInt, kDuration (ms), kDurationUs (us), kSize (bytes)
   // Key-specific validation or derivation, run after the value is read (present: in the file).
   void (*check)(const Context& ctx, const SectionReader& r, bool present, Config* config) = nullptr;
   std::string_view doc;

@@ -208,29 +208,52 @@ bool IsOverflowingAmount(std::string_view text, std::initializer_list<std::strin
 
 }  // namespace
 
+// How a duration key is written and read: milliseconds ("30s") or microseconds ("200us").
+struct SectionReader::DurationSyntax {
+  std::optional<int64_t> (*parse)(std::string_view);
+  std::string (*format)(int64_t);
+  std::initializer_list<std::string_view> units;
+  std::string_view unit_list;  // for the error: "ms, s, m, h, d"
+  std::string_view example;    // "5s"
+  std::string_view expected;   // what a value of another type should have been
+};
+
 bool SectionReader::Duration(std::string_view key, int64_t* out_ms, int64_t max_ms,
                              bool allow_zero) const {
+  static const DurationSyntax kMs{ParseDurationMs, FormatDurationMs, {"ms", "s", "m", "h", "d"},
+                                  "ms, s, m, h, d", "5s", "a duration string like \"5s\""};
+  return ReadDuration(key, out_ms, max_ms, allow_zero, kMs);
+}
+
+bool SectionReader::DurationUs(std::string_view key, int64_t* out_us, int64_t max_us) const {
+  static const DurationSyntax kUs{ParseDurationUs, FormatDurationUs, {"us", "ms", "s"},
+                                  "us, ms, s", "200us", "a string like \"200us\""};
+  return ReadDuration(key, out_us, max_us, /*allow_zero=*/true, kUs);
+}
+
+bool SectionReader::ReadDuration(std::string_view key, int64_t* out, int64_t max, bool allow_zero,
+                                 const DurationSyntax& syntax) const {
   const toml::node* node = Node(key);
   if (node == nullptr) return false;
   const auto* value = node->as_string();
-  if (value == nullptr) WrongType(key, "a duration string like \"5s\"", *node);
+  if (value == nullptr) WrongType(key, syntax.expected, *node);
   const std::string& text = value->get();
-  const std::optional<int64_t> ms = ParseDurationMs(text);
-  if (!ms && IsOverflowingAmount(text, {"ms", "s", "m", "h", "d"})) {
-    Fail(key,
-         "bad duration \"" + text + "\": too large (at most " + FormatDurationMs(max_ms) + ")");
+  const std::optional<int64_t> amount = syntax.parse(text);
+  if (!amount && IsOverflowingAmount(text, syntax.units)) {
+    Fail(key, "bad duration \"" + text + "\": too large (at most " + syntax.format(max) + ")");
   }
-  if (!ms) {
-    Fail(key, "bad duration \"" + text +
-                  "\": expected a whole number and a unit (ms, s, m, h, d), like \"5s\"");
+  if (!amount) {
+    Fail(key, "bad duration \"" + text + "\": expected a whole number and a unit (" +
+                  std::string(syntax.unit_list) + "), like \"" + std::string(syntax.example) +
+                  "\"");
   }
-  if (*ms < 0 || (*ms == 0 && !allow_zero)) {
+  if (*amount < 0 || (*amount == 0 && !allow_zero)) {
     Fail(key, "must be longer than 0, got \"" + text + "\"");
   }
-  if (*ms > max_ms) {
-    Fail(key, "must be at most " + FormatDurationMs(max_ms) + ", got \"" + text + "\"");
+  if (*amount > max) {
+    Fail(key, "must be at most " + syntax.format(max) + ", got \"" + text + "\"");
   }
-  *out_ms = *ms;
+  *out = *amount;
   return true;
 }
 

@@ -49,6 +49,8 @@ class SectionReader {
   bool Duration(std::string_view key, int64_t* out_ms,
                 int64_t max_ms = std::numeric_limits<int64_t>::max(),
                 bool allow_zero = false) const;
+  // A string like "200us" (units us, ms, s), in microseconds; "0s" (off) up to `max_us`.
+  bool DurationUs(std::string_view key, int64_t* out_us, int64_t max_us) const;
   // A string like "1MiB" or an integer number of bytes; must be > 0 and at most `max`.
   bool Size(std::string_view key, uint64_t* out,
             uint64_t max = std::numeric_limits<uint64_t>::max()) const;
@@ -61,6 +63,9 @@ class SectionReader {
   [[noreturn]] void Fail(std::string_view key, std::string_view what) const;
 
  private:
+  struct DurationSyntax;
+  bool ReadDuration(std::string_view key, int64_t* out, int64_t max, bool allow_zero,
+                    const DurationSyntax& syntax) const;
   const toml::node* Node(std::string_view key) const;
   // StringArray and IntArray: every element a T, else refused as not `expected`.
   template <typename T>

@@ -181,6 +181,7 @@ std::string KindName(Kind kind) {
     case Kind::kDuration:
       return "duration";
     case Kind::kDurationOrOff:
+    case Kind::kDurationUs:
       return "duration";
     case Kind::kSize:
       return "size";
@@ -200,6 +201,8 @@ std::string KeyBounds(const KeySpec& key) {
       return "1ms to " + FormatDurationMs(key.max);
     case Kind::kDurationOrOff:
       return "0s (off) or up to " + FormatDurationMs(key.max);
+    case Kind::kDurationUs:
+      return "0s (off) or up to " + FormatDurationUs(key.max);
     case Kind::kSize:
       return "1B to " + FormatSize(static_cast<uint64_t>(key.max));
     case Kind::kHeaderName:

@@ -314,6 +314,15 @@ std::string FormatDurationMs(int64_t ms) {
   return std::to_string(ms) + "ms";
 }
 
+std::string FormatDurationUs(int64_t us) {
+  static constexpr std::array<std::pair<std::string_view, int64_t>, 2> kUnits = {
+      {{"s", 1'000'000}, {"ms", 1'000}}};
+  for (const auto& [name, factor] : kUnits) {
+    if (us != 0 && us % factor == 0) return std::to_string(us / factor) + std::string(name);
+  }
+  return std::to_string(us) + "us";
+}
+
 std::string FormatSize(uint64_t bytes) {
   static constexpr std::array<std::pair<std::string_view, uint64_t>, 4> kUnits = {
       {{"TiB", 1ULL << 40}, {"GiB", 1ULL << 30}, {"MiB", 1ULL << 20}, {"KiB", 1ULL << 10}}};

@@ -43,6 +43,8 @@ int64_t SaturatingAdd(int64_t a, int64_t b);
 
 // Milliseconds -> the shortest exact form with the largest unit: 1500 -> "1500ms", 35000 -> "35s".
 std::string FormatDurationMs(int64_t ms);
+// Microseconds -> the same with us, ms and s: 400 -> "400us", 10000 -> "10ms".
+std::string FormatDurationUs(int64_t us);
 // Bytes -> the largest exact binary unit: 1048576 -> "1MiB", 1500 -> "1500B".
 std::string FormatSize(uint64_t bytes);
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "conf/config_values.h"
 #include "proxy/net/event_util.h"
 #include "proxy/ops/build_info.h"
 #include "proxy/ops/certificates.h"
@@ -266,7 +267,7 @@ void Server::CheckBusyPollCpus(const Config& config, int workers) {
        "server.busy_poll (%s) with %d workers on %d CPUs: each worker holds a CPU while it "
        "polls, leaving none for the store thread, the upstream or the clients; set "
        "server.workers below the number of CPUs",
-       config.server.busy_poll.c_str(), workers, cpus);
+       conf::FormatDurationUs(config.server.busy_poll_us).c_str(), workers, cpus);
 }
 
 void Server::CheckOpenFileLimit(const Config& config) {

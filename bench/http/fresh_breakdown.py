@@ -70,11 +70,7 @@ def start_gateway(procs, args, tmp, up_port, name="idemgate", busy_poll=""):
     conf = B.render("idemgate.toml", os.path.join(tmp, name + ".toml"),
                     {"PORT": port, "UPSTREAM_PORT": up_port, "STORE": store, "WORKERS": 1,
                      "SYNC": "true", "ACCESS": "off"})
-    with open(conf) as f:
-        text = f.read()
-    H.check('[admin]\naddress = ""' in text, "the template's [admin] table changed")
-    with open(conf, "w") as f:
-        f.write(text.replace('[admin]\naddress = ""', '[admin]\naddress = "127.0.0.1:%d"' % admin))
+    H.edit_conf(conf, '[admin]\naddress = ""', '[admin]\naddress = "127.0.0.1:%d"' % admin)
     if busy_poll:
         H.set_busy_poll(conf, busy_poll)
     out = os.path.join(tmp, name + ".out")

@@ -138,13 +138,18 @@ def encryption_toml(tmp, sealed):
     return text
 
 
-def set_busy_poll(conf, duration):
-    """Adds server.busy_poll to a config rendered from idemgate.toml (its [server] table)."""
+def edit_conf(conf, old, new):
+    """Replaces `old` (which must be there) with `new` once in a rendered config file."""
     with open(conf) as f:
         text = f.read()
-    check("\n[server]\n" in text, "the template's [server] table changed")
+    check(old in text, "%s: the template changed (no %r)" % (conf, old))
     with open(conf, "w") as f:
-        f.write(text.replace("\n[server]\n", '\n[server]\nbusy_poll = "%s"\n' % duration, 1))
+        f.write(text.replace(old, new, 1))
+
+
+def set_busy_poll(conf, duration):
+    """Adds server.busy_poll to a config rendered from idemgate.toml (its [server] table)."""
+    edit_conf(conf, "\n[server]\n", '\n[server]\nbusy_poll = "%s"\n' % duration)
 
 
 def start_idemgate(procs, args, tmp, name, upstream_port, workers, binary="", pg=None,

@@ -25,7 +25,6 @@ using std::chrono::milliseconds;
 
 struct Reader {
   event_base* base = nullptr;
-  int fd = -1;
   std::atomic<int> bytes{0};
   std::atomic<int> exit_after{-1};  // loopexit once this many bytes were read
   static void OnRead(evutil_socket_t fd, short, void* arg) {
@@ -46,7 +45,6 @@ class EventLoopTest : public ::testing::TestWithParam<int64_t> {
     evutil_make_socket_nonblocking(fds_[0]);
     base_.reset(event_base_new());
     reader_.base = base_.get();
-    reader_.fd = fds_[0];
     ev_.reset(event_new(base_.get(), fds_[0], EV_READ | EV_PERSIST, &Reader::OnRead, &reader_));
     event_add(ev_.get(), nullptr);
   }
