@@ -23,6 +23,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bench_origin.h"
+
 enum { kOverwriteBytes = 16 << 20 };
 
 static int sync_fd;
@@ -30,13 +32,6 @@ static int syncs;
 static int overwrite;
 static pthread_mutex_t offset_mu = PTHREAD_MUTEX_INITIALIZER;
 static off_t next_offset;
-static char response[4096];
-static size_t response_len;
-
-static void die(const char* what) {
-  perror(what);
-  exit(1);
-}
 
 static void synced_writes(void) {
   static const char record[64] = "synced-origin-record";
@@ -54,21 +49,6 @@ static void synced_writes(void) {
     if (w != (ssize_t)sizeof record) die("write");
     if (fdatasync(sync_fd) != 0) die("fdatasync");
   }
-}
-
-// The length of the first complete request in buf[0..n), or 0 while it is incomplete.
-static size_t request_length(const char* buf, size_t n) {
-  const char* end = memmem(buf, n, "\r\n\r\n", 4);
-  if (!end) return 0;
-  size_t head = (size_t)(end - buf) + 4;
-  size_t body = 0;
-  for (const char* line = buf; line < end;) {
-    const char* eol = memmem(line, (size_t)(end - line) + 2, "\r\n", 2);
-    if (eol - line > 15 && strncasecmp(line, "content-length:", 15) == 0)
-      body = strtoul(line + 15, NULL, 10);
-    line = eol + 2;
-  }
-  return n >= head + body ? head + body : 0;
 }
 
 static int send_all(int fd, const char* p, size_t n) {
@@ -115,22 +95,6 @@ static void open_sync_file(const char* mode, const char* path) {
   if (fsync(sync_fd) != 0) die("fsync");
 }
 
-static void load_response(const char* body_file) {
-  char body[2048];
-  FILE* f = fopen(body_file, "r");
-  if (!f) die(body_file);
-  size_t n = fread(body, 1, sizeof body, f);
-  fclose(f);
-  int head = snprintf(response, sizeof response,
-                      "HTTP/1.1 201 Created\r\nServer: synced-origin\r\n"
-                      "Date: Sun, 06 Dec 2026 00:00:00 GMT\r\nContent-Type: application/json\r\n"
-                      "Content-Length: %zu\r\nConnection: keep-alive\r\n\r\n",
-                      n);
-  if (head < 0 || (size_t)head + n > sizeof response) die("response too large");
-  memcpy(response + head, body, n);
-  response_len = (size_t)head + n;
-}
-
 int main(int argc, char** argv) {
   if (argc != 6) {
     fprintf(stderr, "usage: %s PORT SYNCS MODE SYNC_FILE BODY_FILE\n", argv[0]);
@@ -139,7 +103,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a connection nginx closed ends its thread, not the origin
   syncs = atoi(argv[2]);
   open_sync_file(argv[3], argv[4]);
-  load_response(argv[5]);
+  load_response(argv[5], "synced-origin");
   int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);

@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+# A fresh request at many connections (wrk -t2 -c64) against its floor, in the same alternating
+# rounds: nginx proxying to its origin (the baseline), nginx proxying to an origin that makes two
+# synced writes per request committed in groups (synced_origin.c, MODE group: one fdatasync in
+# flight, the next one covering every write made meanwhile, as the store's group commit does),
+# the same origin making none (its control: it must cost what nginx's origin does), the gateway
+# (workers = 1, store.sync = true) and the gateway with store.sync = false (the limit without the
+# disk). Every proxy writes an access log to a file, as in the target's shape (scripts/bench
+# http --access-log on).
+# The floor is what a proxy whose request waits for two synced writes in a row reaches on this
+# host when its own work costs what nginx's does: what the disk leaves of nginx's rate. Where the
+# gateway falls under it, the difference is the gateway's own work (its rate without the disk).
+# Usage: python3 bench/http/fresh_floor.py --bin build/idemgate [--rounds 5] [--duration 5]
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import types
+
+import benchlib as B
+import http_bench as H
+
+FLOORS = (("nginx-floor0", 0), ("nginx-floor2", 2))
+
+
+def start_floors(procs, tmp, vals):
+    """The synced origins (MODE group, 0 and 2 writes per request), each behind an nginx proxy
+    of its own that logs as the baseline does: [(Target, origin pids function)]."""
+    exe = os.path.join(tmp, "grouped_origin")
+    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(B.HERE, "grouped_origin.c")], check=True)
+    body = os.path.join(tmp, "origin.body")
+    with open(body, "w") as f:
+        f.write(B.BODY)
+    out = []
+    for name, syncs in FLOORS:
+        port = B.free_ports(1)[0]
+        log = os.path.join(tmp, name + "-origin.out")
+        origin = procs.start([exe, str(port), str(syncs), os.path.join(tmp, name + ".data"),
+                              body], log)
+        B.wait_line(log, "listening on", origin)
+        px = H.start_nginx_proxy(procs, tmp, dict(vals, UPSTREAM_PORT=port), name, True)
+        px.pids = lambda p=px.proc: [p.pid] + B.children(p.pid)
+        out.append((px, lambda p=origin: [p.pid]))
+    return out
+
+
+def start_all(procs, args, tmp, hole):
+    up_port = B.free_ports(1)[0]
+    vals = {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp,
+            "UPSTREAM_PORT": up_port, "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
+    up = H.start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
+    B.wait_port(up_port, up)
+    origin = lambda: [up.pid] + B.children(up.pid)
+    nginx = H.start_nginx_proxy(procs, tmp, vals, "nginx", True)
+    nginx.pids = lambda p=nginx.proc: [p.pid] + B.children(p.pid)
+    targets = [(nginx, origin)] + start_floors(procs, tmp, vals)
+    gw, store = H.start_idemgate(procs, args, tmp, "idemgate", up_port, 1, logged=True)
+    nosync = H.start_idemgate(procs, args, tmp, "idemgate-nosync", up_port, 1, logged=True,
+                              sync="false")[0]
+    targets += [(gw, origin), (nosync, origin)]
+    for t, _ in targets:
+        st, _, body = B.post(t.port, "/v1/payments", {"Content-Type": "application/json"})
+        H.check(st == 201 and len(body) == len(B.BODY), "%s: %d %r" % (t.name, st, body[:80]))
+    return targets, store
+
+
+def run_rounds(args, tmp, targets, store):
+    results, probes = {}, []
+    for rnd in range(args.rounds):
+        for t, origin in (targets if rnd % 2 == 0 else list(reversed(targets))):
+            r = H.run_one(args, tmp, t, "fresh", "fresh-r%d-%s" % (rnd, t.name), origin)
+            H.check(r["status_errors"] == 0 and r["timeout"] == 0, "%s: %s" % (t.name, r))
+            results.setdefault(t.name, []).append(r)
+            os.sync()
+        probes.append(B.fdatasync_probe(store, 100)[0])
+        H.log("round %d done; fdatasync p50 %.2f ms" % (rnd, probes[-1]))
+    return results, probes
+
+
+def report(args, results, probes):
+    med = lambda name, key: statistics.median(r[key] for r in results[name])
+    base = results["nginx"]
+    paired = lambda name: statistics.median(r["rps"] / b["rps"] for r, b in
+                                            zip(results[name], base))
+    print("load %s; %d rounds of %d s, wrk -t%d -c%d, the fresh request, every proxy logging; "
+          "fdatasync p50 %.2f ms (median of the rounds' probes)\n"
+          % (B.loadavg(), args.rounds, args.duration, args.threads, args.connections,
+             statistics.median(probes)))
+    print("| target | req/s | x nginx (medians) | x nginx (paired) | p50 / p99 ms "
+          "| CPU us/req: target / its origin |")
+    print("|---|---:|---:|---:|---|---|")
+    for name in results:
+        print("| %s | %.0f | %.2fx | %.2fx | %.2f / %.2f | %.1f / %.1f |" % (
+            name, med(name, "rps"), med(name, "rps") / med("nginx", "rps"), paired(name),
+            med(name, "p50_us") / 1e3, med(name, "p99_us") / 1e3, med(name, "cpu_us"),
+            med(name, "up_cpu_us")))
+    for name in ("idemgate", "idemgate-nosync"):
+        split = ", ".join("%s %.1f" % (g, statistics.median(r["threads_us"][g]
+                                                             for r in results[name]))
+                          for g in results[name][0]["threads_us"])
+        print("\n%s CPU us per request by thread: %s" % (name, split))
+    pair = lambda a, b: statistics.median(x["rps"] / y["rps"] for x, y in
+                                          zip(results[a], results[b]))
+    print("\nWhat the two synced writes cost (req/s with them / without, paired): the floor %.2f "
+          "(nginx-floor2 / nginx-floor0), the gateway %.2f (idemgate / idemgate-nosync)."
+          % (pair("nginx-floor2", "nginx-floor0"), pair("idemgate", "idemgate-nosync")))
+    print("The floor x nginx (paired): %.2fx; fresh through the gateway / the floor: %.2f; the "
+          "gateway without the disk x nginx: %.2fx." % (paired("nginx-floor2"),
+                                                        pair("idemgate", "nginx-floor2"),
+                                                        paired("idemgate-nosync")))
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="fresh_floor.py")
+    ap.add_argument("--bin", default="build/idemgate")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--connections", type=int, default=64)
+    args = ap.parse_args(argv)
+    args = types.SimpleNamespace(**vars(args), sync="true", replay_keys=1000)
+    tmp = tempfile.mkdtemp(prefix="idemgate-floor-")
+    procs = B.Procs()
+    hole = B.black_hole()
+    try:
+        targets, store = start_all(procs, args, tmp, hole)
+        results, probes = run_rounds(args, tmp, targets, store)
+        report(args, results, probes)
+    finally:
+        procs.stop_all()
+        hole.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
