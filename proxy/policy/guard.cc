@@ -98,7 +98,7 @@ void AppendLengthPrefixed(EVP_MD_CTX* ctx, std::string_view part) {
 constexpr uint64_t kOccurrencesFollow = UINT64_MAX;
 
 // F1 for one fingerprint_headers entry: its lower-case name, then
-//   absent:                          the empty value (length 0), as before issue 10 #13;
+//   absent:                          the empty value (length 0), as the earlier encoding had it;
 //   once, non-empty:                 that value, as before;
 //   once empty, or more than once:   kOccurrencesFollow, the count, then each value in order.
 // So `a` + `b` differs from `a, b` and empty differs from absent, while every fingerprint the

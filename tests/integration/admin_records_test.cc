@@ -108,7 +108,7 @@ TEST_F(RecordApiTest, ReturnsTheRecordForTheRightToken) {
   EXPECT_EQ(Records("GET", "force=true", Auth(kToken)).status, 400);  // no key
 }
 
-// Issue 10 #17: a base64 credential ('+', '/', '=') names its own scope. It is taken from the
+// A base64 credential ('+', '/', '=') names its own scope. It is taken from the
 // X-Idemgate-Credential header only: the credential= query parameter (where form decoding turns
 // '+' into a space, naming another scope) is refused with a message saying where it belongs.
 TEST_F(RecordApiTest, Base64CredentialFindsItsRecordThroughTheHeaderOnly) {
@@ -137,7 +137,7 @@ TEST_F(RecordApiTest, Base64CredentialFindsItsRecordThroughTheHeaderOnly) {
             "true");  // nothing was deleted
 }
 
-// Issue 10 #6: a live in-flight record is not deleted unless the request says force=true (the
+// A live in-flight record is not deleted unless the request says force=true (the
 // answer says what forcing risks); every admin delete is logged with who, which record, which
 // state, and whether it was forced.
 TEST_F(RecordApiTest, DeleteOfALiveAttemptNeedsForce) {

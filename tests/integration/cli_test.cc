@@ -64,7 +64,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"[scope]\nsecret_file = \"/nonexistent/secret\"\n", "scope.secret_file"},
         BadConfig{"[store]\nsync = \"yes\"\n", "store.sync"},
         BadConfig{"[listen\n", "bad.toml"},
-        // Issue 10 #11: values near INT64_MAX are refused with their bound, not left to overflow.
+        // Values near INT64_MAX are refused with their bound, not left to overflow.
         BadConfig{"[idempotency]\nttl = \"106751991167d\"\n",
                   "idempotency.ttl': must be at most 365d"},
         BadConfig{"[idempotency]\nlease = \"106751991167d\"\n",

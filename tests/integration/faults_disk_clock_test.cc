@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Through the real binary with the fault shim (tests/support/fault_shim.c) LD_PRELOAD-ed: a WAL
 // fdatasync that fails or stalls, and a forward wall-clock step, never make one key execute
-// upstream twice nor leave a key blocked after a request that never went upstream (issue 10
-// #1, #2, #7).
+// upstream twice nor leave a key blocked after a request that never went upstream.
 #include <stdio.h>
 
 #include <chrono>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Through the real binary: HTTP holes closed by issue 10 — a response transfer-coding the
-// gateway does not decode (#12), fingerprint header occurrences (#13), require_key on the
-// normalized path (#14), and headers that must reach the upstream listed in Connection (#15).
+// Through the real binary: HTTP holes closed — a response transfer-coding the gateway does not
+// decode, fingerprint header occurrences, require_key on the normalized path, and headers that
+// must reach the upstream listed in Connection.
 #include <cctype>
 
 #include "tests/integration/gateway_fixture.h"

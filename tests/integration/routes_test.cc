@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Through the real binary: [[routes]] (issue 14 item 3). Each override a route may set, route
+// Through the real binary: [[routes]]. Each override a route may set, route
 // order (first match wins), Host matching, statuses answered but not stored, the per-route C4
 // check of --check-config, reload of routes, and old config files still accepted.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Issue 10 #5, through the real binary: the store keeps the key settings it was written with
+// Through the real binary: the store keeps the key settings it was written with
 // (key header, fingerprint headers, scope header, scope secret identity); a start with other
 // settings is refused with a message naming them, unless --accept-new-signature.
 #include "tests/integration/gateway_fixture.h"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Through the real binary: passthrough requests stream both ways (issue 14 #1). A 64 MiB
+// Through the real binary: passthrough requests stream both ways. A 64 MiB
 // download to a slow reader and a 64 MiB upload to a slow upstream keep the gateway's memory
 // bounded (VmHWM reported), chunked stays chunked, an event stream's events arrive one by one,
 // WebSocket is refused with a clear error, and guarded requests keep their limits.

@@ -103,7 +103,7 @@ TEST_F(WaitTest, WaitRunsOutCappedAndDefaultIsAnImmediate409) {
   EXPECT_EQ(ErrorCodeOf(at_once), "idempotency_key_in_use");
   EXPECT_TRUE(at_once.Header("Retry-After").has_value());
   EXPECT_FALSE(at_once.Header("Preference-Applied").has_value());
-  // Byte for byte the seed's 409 (plus this request's own X-Request-Id, issue 13): nothing of
+  // Byte for byte the seed's 409 (plus this request's own X-Request-Id): nothing of
   // waiting shows without Prefer or idempotency.wait.
   EXPECT_EQ(WithoutRequestId(at_once.raw),
             "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nRetry-After: " +

@@ -107,7 +107,7 @@ TEST(ConfigErrors, BadDurations) {
   EXPECT_EQ(at_bound.config->server.busy_poll_us, 10'000);
 }
 
-// Issue 10 #11: a duration or size near the integer limits is refused with its bound, never
+// A duration or size near the integer limits is refused with its bound, never
 // accepted to overflow later (a ttl of 106751991167d made now + ttl wrap: every record was born
 // expired). Each bound is accepted exactly and refused one unit above.
 TEST(ConfigErrors, DurationsAndSizesHaveSaneMaximums) {

@@ -61,7 +61,7 @@ TEST(Reload, RestartOnlyKeysKeepRunningValuesAndAreNamed) {
   EXPECT_EQ(plan.config->limits.idle_timeout_ms, 5);  // live keys still apply
 }
 
-// Issue 10 #5: the keys that decide which requests are guarded and how they are fingerprinted
+// The keys that decide which requests are guarded and how they are fingerprinted
 // wait for a restart (changed under live records, a retry would pass through or get 422).
 TEST(Reload, GuardAndFingerprintKeysAreRestartOnly) {
   Config running;

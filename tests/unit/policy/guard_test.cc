@@ -79,7 +79,7 @@ TEST(Guard, NormalizeRequestPath) {
   }
 }
 
-// Issue 10 #14: require_key was matched on the target as sent, so the absolute form, a doubled
+// require_key was matched on the target as sent, so the absolute form, a doubled
 // slash or another case went through without a key. The target itself is forwarded and
 // fingerprinted exactly as sent.
 TEST(Guard, RequireKeyMatchesTheNormalizedPath) {
@@ -116,7 +116,7 @@ TEST(Guard, RequireKeyMatchesTheNormalizedPath) {
   EXPECT_NE(EvaluateGuard(config, other).fingerprint, d.fingerprint);
 }
 
-// Issue 10 #15: a client listing Host, the key header or the credential header in Connection
+// A client listing Host, the key header or the credential header in Connection
 // would have the gateway strip it from what goes upstream (G3). Refused, guarded or not.
 TEST(Guard, ConnectionListingAProtectedHeaderIs400) {
   Config config;
@@ -392,7 +392,7 @@ TEST(Guard, FingerprintGoldenValuesUnchanged) {
             "33d32456d8e1fca203dc6e6248e4e80f06e94461d4121efa2635c68e44bf9466");
 }
 
-// Issue 10 #13: each occurrence of a fingerprint header counts, and absent differs from empty.
+// Each occurrence of a fingerprint header counts, and absent differs from empty.
 TEST(Guard, FingerprintHeaderOccurrencesAreDistinct) {
   const std::vector<std::string> listed = {"x-account"};
   auto fp = [&](Headers h) { return ComputeFingerprint(Post(std::move(h)), listed); };

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Disk faults: a failing write reports an error for the whole batch, the store recovers without a
-// restart, and what a failed write reported is what the store holds afterwards (issue 10 #7).
+// restart, and what a failed write reported is what the store holds afterwards.
 #include <gtest/gtest.h>
 
 #include "store/rocks_store.h"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// When a claim is decided (issue 10 #1, #2): against the time it reached the store, not the time
+// When a claim is decided: against the time it reached the store, not the time
 // a stalled writer got to it; and, while this process runs the attempt that owns a record, not
 // before that attempt's monotonic deadline, whatever the wall clock does.
 #include <gtest/gtest.h>
