@@ -3,6 +3,8 @@
 // database and the batch, writes the batch once (the group commit), reports every result, and
 // recovers after a failed write.
 #include <chrono>
+#include <cstddef>
+#include <iterator>
 
 #include "store/rocks_options.h"
 #include "store/rocks_store_impl.h"

@@ -8,7 +8,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = ["passthrough", "fresh", "replay", "conflict"]
 MIB = 1024.0
 LOG_SUFFIX = "+log"
-# The targets, as ratios to nginx (docs/performance.md): logs off / both logging every request to a file.
+# The targets, as ratios to nginx (docs/performance.md): logs off / both logging every request
+# to a file.
 TARGETS_RATIO = {False: {"passthrough": 1.0, "replay": 1.5},
                  True: {"passthrough": 1.0, "fresh": 0.5, "replay": 1.5}}
 FRESH_P99_FACTOR = 2.0  # fresh p99 within 2x nginx's

@@ -1,15 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 # A fresh request at many connections (wrk -t2 -c64) against its floor, in the same alternating
 # rounds: nginx proxying to its origin (the baseline), nginx proxying to an origin that makes two
-# synced writes per request committed in groups (synced_origin.c, MODE group: one fdatasync in
-# flight, the next one covering every write made meanwhile, as the store's group commit does),
-# the same origin making none (its control: it must cost what nginx's origin does), the gateway
-# (workers = 1, store.sync = true) and the gateway with store.sync = false (the limit without the
-# disk). Every proxy writes an access log to a file, as in the target's shape (scripts/bench
-# http --access-log on).
+# synced writes per request committed in groups (grouped_origin.c: one fdatasync per pass of its
+# loop, covering every write made since the last), the same origin making none (its control: it
+# must run no faster than nginx's origin), the gateway (workers = 1, store.sync = true) and the
+# gateway with store.sync = false (the limit without the disk). Every proxy writes an access log
+# to a file, as in the target's shape (scripts/bench http --access-log on). Per run: req/s,
+# latency, CPU per request of the proxy and of its origin, the share of the machine's CPU time
+# left idle (/proc/stat: idle + iowait), and the gateways' CPU by thread (schedstat).
 # The floor is what a proxy whose request waits for two synced writes in a row reaches on this
-# host when its own work costs what nginx's does: what the disk leaves of nginx's rate. Where the
-# gateway falls under it, the difference is the gateway's own work (its rate without the disk).
+# host when its own work costs what nginx's does, its writes small and its group commit ideal:
+# what the disk leaves of nginx's rate.
 # Usage: python3 bench/http/fresh_floor.py --bin build/idemgate [--rounds 5] [--duration 5]
 import argparse
 import os
@@ -27,8 +28,8 @@ FLOORS = (("nginx-floor0", 0), ("nginx-floor2", 2))
 
 
 def start_floors(procs, tmp, vals):
-    """The synced origins (MODE group, 0 and 2 writes per request), each behind an nginx proxy
-    of its own that logs as the baseline does: [(Target, origin pids function)]."""
+    """grouped_origin.c making 0 and 2 synced writes per request, each behind an nginx proxy of
+    its own that logs as the baseline does: [(Target, origin pids function)]."""
     exe = os.path.join(tmp, "grouped_origin")
     subprocess.run(["cc", "-O2", "-o", exe, os.path.join(B.HERE, "grouped_origin.c")], check=True)
     body = os.path.join(tmp, "origin.body")
@@ -67,12 +68,35 @@ def start_all(procs, args, tmp, hole):
     return targets, store
 
 
+def cpu_times():
+    """(idle + iowait, all) jiffies of the machine, from /proc/stat's first line."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def measured_run(args, tmp, t, origin, prefix):
+    """H.run_one, plus the share of the machine's CPU time left idle during it, and for a gateway
+    its CPU per request by thread from the scheduler's clock."""
+    gateway = not t.name.startswith("nginx")
+    i0, a0 = cpu_times()
+    g0 = B.thread_group_run_seconds(t.proc.pid) if gateway else {}
+    r = H.run_one(args, tmp, t, "fresh", prefix, origin)
+    i1, a1 = cpu_times()
+    r["idle"] = (i1 - i0) / max(a1 - a0, 1)
+    if gateway:
+        g1 = B.thread_group_run_seconds(t.proc.pid)
+        r["run_us"] = {g: (g1[g] - g0[g]) * 1e6 / max(r["requests"], 1) for g in g0}
+    errors = sum(r[k] for k in ("status_errors", "connect", "read", "write", "timeout"))
+    H.check(errors == 0 and r["requests"] > 0, "%s: %s" % (t.name, r))
+    return r
+
+
 def run_rounds(args, tmp, targets, store):
     results, probes = {}, []
     for rnd in range(args.rounds):
         for t, origin in (targets if rnd % 2 == 0 else list(reversed(targets))):
-            r = H.run_one(args, tmp, t, "fresh", "fresh-r%d-%s" % (rnd, t.name), origin)
-            H.check(r["status_errors"] == 0 and r["timeout"] == 0, "%s: %s" % (t.name, r))
+            r = measured_run(args, tmp, t, origin, "fresh-r%d-%s" % (rnd, t.name))
             results.setdefault(t.name, []).append(r)
             os.sync()
         probes.append(B.fdatasync_probe(store, 100)[0])
@@ -90,18 +114,18 @@ def report(args, results, probes):
           % (B.loadavg(), args.rounds, args.duration, args.threads, args.connections,
              statistics.median(probes)))
     print("| target | req/s | x nginx (medians) | x nginx (paired) | p50 / p99 ms "
-          "| CPU us/req: target / its origin |")
-    print("|---|---:|---:|---:|---|---|")
+          "| CPU us/req: target / its origin | CPU idle |")
+    print("|---|---:|---:|---:|---|---|---:|")
     for name in results:
-        print("| %s | %.0f | %.2fx | %.2fx | %.2f / %.2f | %.1f / %.1f |" % (
+        print("| %s | %.0f | %.2fx | %.2fx | %.2f / %.2f | %.1f / %.1f | %.0f%% |" % (
             name, med(name, "rps"), med(name, "rps") / med("nginx", "rps"), paired(name),
             med(name, "p50_us") / 1e3, med(name, "p99_us") / 1e3, med(name, "cpu_us"),
-            med(name, "up_cpu_us")))
+            med(name, "up_cpu_us"), med(name, "idle") * 100))
     for name in ("idemgate", "idemgate-nosync"):
-        split = ", ".join("%s %.1f" % (g, statistics.median(r["threads_us"][g]
+        split = ", ".join("%s %.1f" % (g, statistics.median(r["run_us"][g]
                                                              for r in results[name]))
-                          for g in results[name][0]["threads_us"])
-        print("\n%s CPU us per request by thread: %s" % (name, split))
+                          for g in results[name][0]["run_us"])
+        print("\n%s CPU us per request by thread (schedstat): %s" % (name, split))
     pair = lambda a, b: statistics.median(x["rps"] / y["rps"] for x, y in
                                           zip(results[a], results[b]))
     print("\nWhat the two synced writes cost (req/s with them / without, paired): the floor %.2f "
@@ -129,6 +153,10 @@ def main(argv):
         targets, store = start_all(procs, args, tmp, hole)
         results, probes = run_rounds(args, tmp, targets, store)
         report(args, results, probes)
+        with open(os.path.join(tmp, "idemgate.out"), errors="replace") as f:
+            over = "is on ext4 or XFS" in f.read()
+        print("The gateway's WAL %s (its store's filesystem), as the floor's writes are." % (
+            "is written over zeros" if over else "is appended, NOT written over zeros"))
     finally:
         procs.stop_all()
         hole.close()

@@ -162,7 +162,7 @@ TEST_F(ReloadTest, BrokenFileKeepsTheRunningConfig) {
   EXPECT_EQ(upstream_.requests(), 2);
 }
 
-// Renaming the key header by SIGHUP turned a retry into a passthrough (a second
+// Before the fix, renaming the key header by SIGHUP turned a retry into a passthrough (a second
 // execution). The header is restart-only: the reload logs it, and the old header still guards.
 TEST_F(ReloadTest, KeyHeaderChangeWaitsForARestartAndTheOldHeaderStillGuards) {
   StartGateway();

@@ -63,7 +63,7 @@ TEST(HttpMessage, ManyConnectionTokensLookup) {
   }
 }
 
-// One Connection header of 12,000 tokens on a message of 9,000 headers (about
+// Before the fix, one Connection header of 12,000 tokens on a message of 9,000 headers (about
 // 60 KB) cost 0.77 s of CPU, because each header re-parsed the Connection tokens. The tokens
 // are counted as they are parsed: the work must be one pass per message, whatever its size.
 TEST(HttpMessage, ConnectionTokensAreParsedOncePerMessage) {

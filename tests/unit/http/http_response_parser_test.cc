@@ -51,7 +51,7 @@ TEST(ResponseParser, Chunked) {
   EXPECT_TRUE(r.response.keep_alive);
 }
 
-// A transfer-coding other than chunked was stored and relayed still coded, with a
+// Before the fix, a transfer-coding other than chunked was stored and relayed still coded, with a
 // plain Content-Length and no Content-Encoding. It is a malformed upstream response (R4).
 TEST(ResponseParser, TransferCodingOtherThanChunkedIsMalformed) {
   const std::string gzip_chunked = "4\r\n\x1f\x8b\x08\x00\r\n0\r\n\r\n";

@@ -79,8 +79,8 @@ TEST(Guard, NormalizeRequestPath) {
   }
 }
 
-// require_key was matched on the target as sent, so the absolute form, a doubled
-// slash or another case went through without a key. The target itself is forwarded and
+// Before the fix, require_key was matched on the target as sent, so the absolute form, a
+// doubled slash or another case went through without a key. The target itself is forwarded and
 // fingerprinted exactly as sent.
 TEST(Guard, RequireKeyMatchesTheNormalizedPath) {
   Config config;
