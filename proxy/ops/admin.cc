@@ -30,6 +30,7 @@
 #include "proxy/ops/access_log.h"
 #include "proxy/ops/admin_key_hash.h"
 #include "proxy/ops/metrics.h"
+#include "proxy/ops/record_json.h"
 #include "proxy/policy/digest.h"
 #include "proxy/policy/errors.h"
 #include "proxy/policy/guard.h"
@@ -108,31 +109,6 @@ class Query {
   evkeyvalq params_;
   bool ok_ = false;
 };
-
-std::string HexPrefix(const Fingerprint& fingerprint) { return FingerprintPrefix(fingerprint); }
-
-// `record_id`: what a backend sees in Idempotency-Record (SPEC §12 A1).
-std::string RecordJson(const Record& record, const std::string& record_id) {
-  bool completed = record.state == RecordState::kCompleted;
-  std::string out = "{\"record_id\":\"" + record_id + "\",\"state\":\"";
-  out += completed ? "completed" : "in_flight";
-  out += "\",\"attempt\":" + std::to_string(record.attempt);
-  out += ",\"created\":\"" + FormatRfc3339(record.created_ms, false) + "\"";
-  out += ",\"expires\":\"" + FormatRfc3339(record.expires_ms, false) + "\"";
-  out += ",\"fingerprint\":\"" + HexPrefix(record.fingerprint) + "\"";
-  if (completed) {
-    out += ",\"status\":" + std::to_string(record.response.status);
-  } else {
-    out += ",\"lease_until\":\"" + FormatRfc3339(record.lease_until_ms, false) + "\"";
-  }
-  return out + "}";
-}
-
-// "completed", "in_flight" (lease alive) or "in_flight_expired" (a retry may take it over).
-std::string StateName(const Record& record, TimeMs now) {
-  if (record.state == RecordState::kCompleted) return "completed";
-  return now < record.lease_until_ms ? "in_flight" : "in_flight_expired";
-}
 
 // The admin client's address, as evhttp saw it.
 std::string PeerAddress(evhttp_request* req) {

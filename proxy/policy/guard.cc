@@ -7,7 +7,6 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -18,14 +17,6 @@
 
 namespace idemgate {
 namespace {
-
-std::string Lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
 
 bool IsVisibleAscii(std::string_view text) {
   for (char ch : text) {
@@ -44,7 +35,7 @@ std::string NormalizeCredential(std::string_view header_name, std::string_view r
   if (space == std::string_view::npos) return std::string(value);
   std::string_view credential = TrimOws(value.substr(space + 1));
   if (credential.empty()) return {};
-  return Lower(value.substr(0, space)) + " " + std::string(credential);
+  return LowerAscii(value.substr(0, space)) + " " + std::string(credential);
 }
 
 // A scheme with nothing after it ("Bearer", or "Bearer " once llhttp trimmed it) is no
@@ -104,7 +95,7 @@ constexpr uint64_t kOccurrencesFollow = UINT64_MAX;
 // So `a` + `b` differs from `a, b` and empty differs from absent, while every fingerprint the
 // earlier encoding could not confuse is unchanged: records already stored keep matching.
 void AppendFingerprintHeader(EVP_MD_CTX* ctx, const Headers& headers, std::string_view name) {
-  AppendLengthPrefixed(ctx, Lower(name));
+  AppendLengthPrefixed(ctx, LowerAscii(name));
   std::vector<std::string_view> values;
   for (const Header& h : headers) {
     if (HeaderNameEquals(h.name, name)) values.push_back(h.value);
@@ -116,106 +107,6 @@ void AppendFingerprintHeader(EVP_MD_CTX* ctx, const Headers& headers, std::strin
   AppendU64(ctx, kOccurrencesFollow);
   AppendU64(ctx, values.size());
   for (std::string_view value : values) AppendLengthPrefixed(ctx, value);
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-bool IsUnreserved(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_' || c == '~';
-}
-
-// The path of a request-target: an absolute-form target ("http://host/p?q") loses its scheme
-// and authority, every form loses its query.
-std::string_view TargetPath(std::string_view target) {
-  if (target.empty() || target.front() != '/') {
-    size_t sep = target.find("://");
-    if (sep != std::string_view::npos && sep > 0 &&
-        target.find_first_of("/?#") > sep) {  // a scheme, not a path that contains "://"
-      target.remove_prefix(sep + 3);
-      size_t path = target.find_first_of("/?#");
-      target.remove_prefix(path == std::string_view::npos ? target.size() : path);
-    }
-  }
-  return target.substr(0, target.find('?'));
-}
-
-// Percent-decodes `path`: every escape when `decode_all`, else only unreserved characters
-// (RFC 3986 6.2.2.2); the escapes kept stay as they are (the case fold comes later).
-std::string PercentDecode(std::string_view path, bool decode_all) {
-  std::string out;
-  out.reserve(path.size());
-  for (size_t i = 0; i < path.size(); ++i) {
-    int hi = (path[i] == '%' && i + 2 < path.size()) ? HexValue(path[i + 1]) : -1;
-    int lo = hi >= 0 ? HexValue(path[i + 2]) : -1;
-    if (lo < 0) {
-      out.push_back(path[i]);
-      continue;
-    }
-    char c = static_cast<char>(hi * 16 + lo);
-    if (decode_all || IsUnreserved(c)) {
-      out.push_back(c);
-    } else {
-      out.append(path.substr(i, 3));
-    }
-    i += 2;
-  }
-  return out;
-}
-
-// Resolves "." and ".." segments and drops empty ones ("//"); keeps a trailing slash.
-std::string ResolveSegments(std::string_view path) {
-  std::vector<std::string_view> kept;
-  bool trailing_slash = false;
-  for (size_t start = 0;;) {
-    size_t slash = path.find('/', start);
-    size_t end = slash == std::string_view::npos ? path.size() : slash;
-    std::string_view segment = path.substr(start, end - start);
-    if (segment == "..") {
-      if (!kept.empty()) kept.pop_back();
-    } else if (!segment.empty() && segment != ".") {
-      kept.push_back(segment);
-    }
-    if (slash == std::string_view::npos) {
-      trailing_slash = segment.empty() || segment == "." || segment == "..";
-      break;
-    }
-    start = slash + 1;
-  }
-  std::string out = "/";
-  for (size_t i = 0; i < kept.size(); ++i) {
-    if (i > 0) out.push_back('/');
-    out.append(kept[i]);
-  }
-  if (trailing_slash && !kept.empty()) out.push_back('/');
-  return out;
-}
-
-// `path` with every ';' parameter cut from its segments ("/a;x=1/b;y" -> "/a/b"), as Tomcat and
-// Spring read a path ("/v1/pay/..;/z" is "/v1/z" there).
-std::string StripSegmentParameters(std::string_view path) {
-  std::string out;
-  out.reserve(path.size());
-  bool in_parameter = false;
-  for (char c : path) {
-    if (c == '/') in_parameter = false;
-    if (c == ';') in_parameter = true;
-    if (!in_parameter) out.push_back(c);
-  }
-  return out;
-}
-
-// A path that every reading below reads the same: no escape, no backslash, no parameter, no
-// dot segment or empty segment to resolve.
-bool HasOneReading(std::string_view path) {
-  if (path.empty() || path.front() != '/') return false;
-  if (path.find_first_of("%\\;") != std::string_view::npos) return false;
-  return path.find("//") == std::string_view::npos && path.find("/.") == std::string_view::npos;
 }
 
 bool MatchesRequireKey(const Config& config, std::string_view target) {
@@ -268,30 +159,6 @@ bool ListsProtectedHeader(const Config& config, const Request& request, GuardDec
 }
 
 }  // namespace
-
-std::string NormalizeRequestPath(std::string_view target, bool decode_all) {
-  std::string path = ResolveSegments(PercentDecode(TargetPath(target), decode_all));
-  return Lower(path);
-}
-
-std::vector<std::string> RequestPathReadings(std::string_view target) {
-  const std::string_view raw = TargetPath(target);
-  if (HasOneReading(raw)) return {Lower(raw)};
-  const std::string all = PercentDecode(raw, /*decode_all=*/true);
-  const std::string twice = PercentDecode(all, /*decode_all=*/true);
-  std::string separators = twice;
-  std::replace(separators.begin(), separators.end(), '\\', '/');
-  std::vector<std::string> readings = {
-      Lower(raw),                                               // as sent: nothing resolved
-      Lower(ResolveSegments(PercentDecode(raw, false))),        // RFC 3986 normalization
-      Lower(ResolveSegments(all)),                              // every escape decoded
-      Lower(ResolveSegments(twice)),                            // decoded twice (%252e%252e)
-      Lower(ResolveSegments(StripSegmentParameters(separators)))  // '\' and ';' as some read them
-  };
-  std::sort(readings.begin(), readings.end());
-  readings.erase(std::unique(readings.begin(), readings.end()), readings.end());
-  return readings;
-}
 
 bool ParseIdempotencyKey(std::string_view raw, std::string* key) {
   std::string_view value = TrimOws(raw);
@@ -355,7 +222,7 @@ ScopeId ScopeOfNormalized(std::string_view header_name, std::string_view normali
                           std::string_view secret) {
   // Domain separation: the lower-cased header name and a NUL (never in a header name) come
   // first, so the same bytes in two different credential headers are two different scopes.
-  std::string input = Lower(header_name);
+  std::string input = LowerAscii(header_name);
   input.push_back('\0');
   input.append(normalized);
   thread_local ScopeMemo memo;

@@ -10,6 +10,7 @@
 #include "conf/config.h"
 #include "proxy/http/http_message.h"
 #include "proxy/policy/errors.h"
+#include "proxy/policy/request_path.h"
 #include "store/record.h"
 
 namespace idemgate {
@@ -49,24 +50,6 @@ GuardDecision EvaluateGuard(const Config& config, const Request& request);
 // G1-G2 from the headers alone: true when the request is not guarded and not rejected either,
 // so the gateway only relays it (its body streams; nothing about it is stored).
 bool IsPassthroughRequest(const Config& config, const Request& request);
-
-// The path `idempotency.require_key` prefixes are matched against (a prefix goes through it
-// too): the absolute form reduced to its path, the query dropped, percent-escapes of unreserved
-// characters decoded (every escape when `decode_all`), "." and ".." segments resolved, repeated
-// slashes merged, ASCII lower-cased. A request matches when this path under either decoding, or
-// its path as sent (lower-cased, nothing resolved), starts with a prefix: requiring a key too
-// often is safe, too rarely is not. The target forwarded and fingerprinted stays as sent.
-std::string NormalizeRequestPath(std::string_view target, bool decode_all);
-
-// Every way an upstream might read the request's path, each as NormalizeRequestPath gives it
-// (lower-cased, for prefix matching), without duplicates: as sent (nothing decoded or resolved);
-// RFC 3986's normalization (unreserved escapes decoded, dot segments resolved); every escape
-// decoded; every escape decoded twice (a double-encoded "%252e%252e%252f" is "../" to a backend
-// that decodes again); and that last one with '\' read as '/' (IIS, some Windows and Node
-// stacks) and ';' parameters cut from each segment (Tomcat, Spring: "..;" is ".."). A path with
-// nothing to decode or resolve has one reading. require_key and route selection look at all of
-// them, so a spelling cannot take a request out from under a prefix.
-std::vector<std::string> RequestPathReadings(std::string_view target);
 
 // K1-K2: the key's value after sf-string unquoting, or nullopt-like empty + false when invalid.
 bool ParseIdempotencyKey(std::string_view raw, std::string* key);
