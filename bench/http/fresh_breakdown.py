@@ -22,7 +22,6 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import types
@@ -80,25 +79,15 @@ def start_gateway(procs, args, tmp, up_port, name="idemgate", busy_poll=""):
     return port, admin, p, store
 
 
-def start_synced_origins(procs, tmp, proxy_vals):
+def start_synced_origins(procs, tmp):
     """synced_origin.c making no synced writes per request, two appended and two written over
     zeros, each behind an nginx proxy of its own: {variant: proxy port}."""
-    exe = os.path.join(tmp, "synced_origin")
-    subprocess.run(["cc", "-O2", "-pthread", "-o", exe, os.path.join(B.HERE, "synced_origin.c")],
-                   check=True)
-    body = os.path.join(tmp, "origin.body")
-    with open(body, "w") as f:
-        f.write(B.BODY)
     ports = {}
     for name, syncs, mode in (("none", 0, "append"), ("append", 2, "append"),
                               ("overwrite", 2, "overwrite")):
-        origin_port = B.free_ports(1)[0]
-        out = os.path.join(tmp, "synced-%s.out" % name)
-        p = procs.start([exe, str(origin_port), str(syncs), mode,
-                         os.path.join(tmp, "synced-%s.data" % name), body], out)
-        B.wait_line(out, "listening on", p)
-        px = H.start_nginx_proxy(procs, tmp, dict(proxy_vals, UPSTREAM_PORT=origin_port),
-                                 "proxy-synced-" + name, False)
+        data = os.path.join(tmp, "synced-%s.data" % name)
+        px = H.start_c_origin(procs, tmp, "synced_origin.c", [syncs, mode, data],
+                              "proxy-synced-" + name)[0]
         ports[name] = px.ports[0]
     return ports
 
@@ -266,16 +255,15 @@ def main(argv):
     hole = B.black_hole()
     try:
         up_port, px, origin = H.start_origin_and_proxy(procs, tmp, hole)
-        synced_ports = start_synced_origins(
-            procs, tmp, {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp})
+        synced_ports = start_synced_origins(procs, tmp)
         port, admin, p, store = start_gateway(procs, args, tmp, up_port)
         busy_port = 0
         if args.busy_poll:
             busy_port = start_gateway(procs, args, tmp, up_port, "idemgate-busypoll",
                                       args.busy_poll)[0]
-        env = types.SimpleNamespace(busy_port=busy_port, nginx_port=px.ports[0], synced_ports=synced_ports, port=port,
-                                    admin=admin, pid=p.pid, store=store, up_port=up_port,
-                                    origin_pid=origin.pid)
+        env = types.SimpleNamespace(busy_port=busy_port, nginx_port=px.ports[0],
+                                    synced_ports=synced_ports, port=port, admin=admin, pid=p.pid,
+                                    store=store, up_port=up_port, origin_pid=origin.pid)
         for gw in [port] + ([busy_port] if busy_port else []):
             B.run_wrk(gw, "fresh", "warm", 2, 1, 1)
             if args.replay:

@@ -16,7 +16,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import types
@@ -27,37 +26,21 @@ import http_bench as H
 FLOORS = (("nginx-floor0", 0), ("nginx-floor2", 2))
 
 
-def start_floors(procs, tmp, vals):
+def start_floors(procs, tmp):
     """grouped_origin.c making 0 and 2 synced writes per request, each behind an nginx proxy of
     its own that logs as the baseline does: [(Target, origin pids function)]."""
-    exe = os.path.join(tmp, "grouped_origin")
-    subprocess.run(["cc", "-O2", "-o", exe, os.path.join(B.HERE, "grouped_origin.c")], check=True)
-    body = os.path.join(tmp, "origin.body")
-    with open(body, "w") as f:
-        f.write(B.BODY)
     out = []
     for name, syncs in FLOORS:
-        port = B.free_ports(1)[0]
-        log = os.path.join(tmp, name + "-origin.out")
-        origin = procs.start([exe, str(port), str(syncs), os.path.join(tmp, name + ".data"),
-                              body], log)
-        B.wait_line(log, "listening on", origin)
-        px = H.start_nginx_proxy(procs, tmp, dict(vals, UPSTREAM_PORT=port), name, True)
-        px.pids = lambda p=px.proc: [p.pid] + B.children(p.pid)
+        data = os.path.join(tmp, name + ".data")
+        px, origin = H.start_c_origin(procs, tmp, "grouped_origin.c", [syncs, data], name, True)
         out.append((px, lambda p=origin: [p.pid]))
     return out
 
 
 def start_all(procs, args, tmp, hole):
-    up_port = B.free_ports(1)[0]
-    vals = {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp,
-            "UPSTREAM_PORT": up_port, "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
-    up = H.start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
-    B.wait_port(up_port, up)
+    up_port, nginx, up = H.start_origin_and_proxy(procs, tmp, hole, "nginx", logged=True)
     origin = lambda: [up.pid] + B.children(up.pid)
-    nginx = H.start_nginx_proxy(procs, tmp, vals, "nginx", True)
-    nginx.pids = lambda p=nginx.proc: [p.pid] + B.children(p.pid)
-    targets = [(nginx, origin)] + start_floors(procs, tmp, vals)
+    targets = [(nginx, origin)] + start_floors(procs, tmp)
     gw, store = H.start_idemgate(procs, args, tmp, "idemgate", up_port, 1, logged=True)
     nosync = H.start_idemgate(procs, args, tmp, "idemgate-nosync", up_port, 1, logged=True,
                               sync="false")[0]

@@ -107,18 +107,43 @@ def start_nginx_proxy(procs, tmp, values, name, logged):
                 ACCESS_LOG=access_log_path(tmp, name, logged))
     p = start_nginx(procs, tmp, "nginx_proxy.conf", name, vals)
     B.wait_port(port, p)
-    return Target(name, [port], [p], lambda: [p.pid])
+    return Target(name, [port], [p], lambda: [p.pid] + B.children(p.pid))
 
 
-def start_origin_and_proxy(procs, tmp, hole):
-    """The nginx origin (its /slow/ to `hole`) and nginx proxying it without an access log:
+def nginx_values(tmp):
+    """What every nginx template here needs: the user line (as root) and the temp dir."""
+    return {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp}
+
+
+def start_origin_and_proxy(procs, tmp, hole, name="proxy", logged=False):
+    """The nginx origin (its /slow/ to `hole`) and nginx proxying it, logging when `logged`:
     (origin port, proxy Target, the origin's master process)."""
     up_port = B.free_ports(1)[0]
-    vals = {"USER": "user root;" if os.geteuid() == 0 else "", "DIR": tmp,
-            "UPSTREAM_PORT": up_port, "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
+    vals = dict(nginx_values(tmp), UPSTREAM_PORT=up_port, HOLE_PORT=hole.getsockname()[1],
+                BODY=B.BODY)
     up = start_nginx(procs, tmp, "nginx_upstream.conf", "upstream", vals)
     B.wait_port(up_port, up)
-    return up_port, start_nginx_proxy(procs, tmp, vals, "proxy", False), up
+    return up_port, start_nginx_proxy(procs, tmp, vals, name, logged), up
+
+
+def start_c_origin(procs, tmp, source, args, name, logged=False):
+    """bench/http/SOURCE, a C origin answering the benchmark's body (compiled with cc into `tmp`
+    on first use), run as `exe PORT ARGS... BODY_FILE`, behind an nginx proxy of its own named
+    `name`, logging when `logged`: (proxy Target, the origin's process)."""
+    exe = os.path.join(tmp, os.path.splitext(source)[0])
+    body = os.path.join(tmp, "origin.body")
+    if not os.path.exists(exe):
+        subprocess.run(["cc", "-O2", "-pthread", "-o", exe, os.path.join(B.HERE, source)],
+                       check=True)
+    if not os.path.exists(body):
+        with open(body, "w") as f:
+            f.write(B.BODY)
+    port = B.free_ports(1)[0]
+    out = os.path.join(tmp, name + "-origin.out")
+    origin = procs.start([exe, str(port)] + [str(a) for a in args] + [body], out)
+    B.wait_line(out, "listening on", origin)
+    return start_nginx_proxy(procs, tmp, dict(nginx_values(tmp), UPSTREAM_PORT=port), name,
+                             logged), origin
 
 
 def private_file(path, text):
@@ -369,9 +394,8 @@ def main(argv):
     log("temp dir %s; load %s" % (tmp, load0))
     try:
         up_port = B.free_ports(1)[0]
-        user = "user root;" if os.geteuid() == 0 else ""
-        vals = {"USER": user, "DIR": tmp, "UPSTREAM_PORT": up_port,
-                "HOLE_PORT": hole.getsockname()[1], "BODY": B.BODY}
+        vals = dict(nginx_values(tmp), UPSTREAM_PORT=up_port, HOLE_PORT=hole.getsockname()[1],
+                    BODY=B.BODY)
         os.makedirs(os.path.join(tmp, "origin", "big"))
         with open(os.path.join(tmp, "origin", "big", "64m.bin"), "wb") as f:
             f.write(os.urandom(1 << 20) * (STREAM_BYTES >> 20))
@@ -383,8 +407,7 @@ def main(argv):
         for logged in modes:
             sfx = LOG_SUFFIX if logged and args.access_log == "both" else ""
             px = start_nginx_proxy(procs, tmp, vals, "proxy" + sfx.replace("+", "-"), logged)
-            targets.append(Target("nginx" + sfx, [px.port], [px.proc],
-                                  lambda p=px.proc: [p.pid] + B.children(p.pid)))
+            targets.append(Target("nginx" + sfx, [px.port], [px.proc], px.pids))
             g, st = start_idemgate(procs, args, tmp, "idemgate" + sfx, up_port, 1, logged=logged)
             targets.append(g)
             if g1 is None:

@@ -40,7 +40,7 @@ void RunEventLoop(event_base* base, int64_t busy_poll_us) {
   // after every call, before the next.
   while (!Stopped(base)) {
     if (!Pass(base, EVLOOP_ONCE)) return;  // sleeps until an event
-    HadEvents(base);
+    HadEvents(base);                       // clears the count that pass left: the window starts
     Clock::time_point last = Clock::now();
     while (!Stopped(base)) {
       if (!Pass(base, EVLOOP_NONBLOCK)) return;  // epoll_wait(0)

@@ -52,11 +52,9 @@ TEST_F(BusyPollTest, ADuplicateWaitsForTheFirstAttempt) {
   HttpResponse a;
   std::thread first([&] { a = Post("bp-dup", "{}"); });
   ASSERT_TRUE(upstream_.WaitForRequests(1));
-  TestClient client(port_);
-  HeaderList headers = kMerchant;
-  headers.emplace_back("Idempotency-Key", "bp-dup");
-  headers.emplace_back("Prefer", "wait=5");
-  HttpResponse b = client.Request("POST", "/v1/payment_intents", headers, "{}");
+  HeaderList waiting = kMerchant;
+  waiting.emplace_back("Prefer", "wait=5");
+  HttpResponse b = Post("bp-dup", "{}", "/v1/payment_intents", waiting);
   first.join();
   EXPECT_EQ(a.status, 201);
   EXPECT_EQ(b.status, 201) << b.raw;
